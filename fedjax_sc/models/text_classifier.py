@@ -1,0 +1,227 @@
+"""Embedding -> BiGRU -> SeqMean -> MLP text classifier (Li et al. 2021, Sec. 3.1-3.3, Eq. 1-4).
+
+The module is a plain Flax (linen) module used through ``init`` / ``apply`` on a params pytree:
+
+    params = {
+      "embedding":  {"embedding": [V, d]},                        # E, theta_E
+      "encoder":    {"input_kernel": [d, 2, 3h], "input_bias": [2, 3h],
+                     "recurrent_kernel": [2, h, 3h], "recurrent_bias": [2, 3h]},   # H, theta_H
+      "classifier": {"hidden": {"kernel": [2h, m], "bias": [m]},
+                     "output": {"kernel": [m, C], "bias": [C]}},                   # G, theta_G
+    }
+
+The three top-level names are the paper's three components (word embedding, encoder,
+classifier); the private/shared rules of the personalised algorithms are regexes over these paths.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PAD = 0  # token id of <pad>; must match fedjax_sc.data.vocab.PAD
+
+Params = Any
+
+
+class BiGRU(nn.Module):
+    """Bidirectional GRU over right-padded sequences (paper Eq. 2, "BiRNN" with GRU cells).
+
+    Gate equations are PyTorch's ``nn.GRU`` (reset gate applied to the recurrent candidate):
+    ``r = s(W_ir x + b_ir + W_hr h + b_hr)``, ``z = s(W_iz x + b_iz + W_hz h + b_hz)``,
+    ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``, ``h' = (1 - z) n + z h``.
+
+    Speed: the input projections of all time steps and both directions are one matmul outside
+    the recurrence; both directions advance together in one ``lax.scan`` of length L, so the
+    sequential part is a single ``[2, B, h] x [2, h, 3h]`` batched matmul per step.
+
+    Padding: positions where ``mask`` is False keep the previous state. Because padding is on
+    the right, the backward direction therefore starts from a zero state at the last real token,
+    exactly as a packed sequence would; forward outputs at padded positions are never used by
+    :func:`seq_mean`.
+
+    Attributes:
+      hidden: hidden size per direction (paper: 64).
+    """
+
+    hidden: int = 64
+
+    @nn.compact
+    def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:
+        """Runs both directions.
+
+        Args:
+          x: float ``[batch, len, d]`` word vectors.
+          mask: bool ``[batch, len]``, True on real (non-pad) tokens, right-padded.
+
+        Returns:
+          float ``[batch, len, 2 * hidden]``: forward states then backward states per position.
+        """
+        h = self.hidden
+        d = x.shape[-1]
+        w_in = self.param("input_kernel", nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2)),
+                          (d, 2, 3 * h), x.dtype)
+        b_in = self.param("input_bias", nn.initializers.zeros_init(), (2, 3 * h), x.dtype)
+        w_rec = self.param("recurrent_kernel", _orthogonal_per_direction, (2, h, 3 * h), x.dtype)
+        b_rec = self.param("recurrent_bias", nn.initializers.zeros_init(), (2, 3 * h), x.dtype)
+
+        # [len, 2, batch, 3h]: direction 1 sees the sequence reversed in time.
+        proj = jnp.einsum("bld,dkg->lkbg", x, w_in) + b_in[None, :, None, :]
+        proj = jnp.stack([proj[:, 0], proj[::-1, 1]], axis=1)
+        tmask = jnp.swapaxes(mask, 0, 1)
+        tmask = jnp.stack([tmask, tmask[::-1]], axis=1)[..., None]  # [len, 2, batch, 1]
+
+        def step(carry, inputs):
+            xg, m = inputs
+            hg = jnp.einsum("kbh,khg->kbg", carry, w_rec) + b_rec[:, None, :]
+            xr, xz, xn = jnp.split(xg, 3, axis=-1)
+            hr, hz, hn = jnp.split(hg, 3, axis=-1)
+            r = jax.nn.sigmoid(xr + hr)
+            z = jax.nn.sigmoid(xz + hz)
+            n = jnp.tanh(xn + r * hn)
+            new = (1.0 - z) * n + z * carry
+            new = jnp.where(m, new, carry)
+            return new, new
+
+        init = jnp.zeros((2, x.shape[0], h), x.dtype)
+        _, states = jax.lax.scan(step, init, (proj, tmask))  # [len, 2, batch, h]
+        fwd, bwd = states[:, 0], states[::-1, 1]
+        return jnp.swapaxes(jnp.concatenate([fwd, bwd], axis=-1), 0, 1)
+
+
+def _orthogonal_per_direction(key, shape, dtype=jnp.float32):
+    """Orthogonal ``[h, 3h]`` recurrent kernel for each direction (Flax GRUCell's default)."""
+    keys = jax.random.split(key, shape[0])
+    init = nn.initializers.orthogonal()
+    return jnp.stack([init(k, shape[1:], dtype) for k in keys])
+
+
+class Embedding(nn.Module):
+    """Word-embedding lookup E (paper Eq. 1) whose table may hold any number of rows.
+
+    Unlike ``nn.Embed`` the table's row count is not checked against ``vocab_size`` at apply
+    time, so a client can run the same model on the rows of its local vocabulary V^k only
+    (paper Remark 3) with token ids remapped to them.
+
+    Attributes:
+      vocab_size: V, rows created by ``init``.
+      embed_dim: d.
+    """
+
+    vocab_size: int
+    embed_dim: int
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        """int ``[...]`` ids -> float32 ``[..., d]`` rows of the table."""
+        table = self.variable(
+            "params", "embedding",
+            lambda: nn.initializers.normal(stddev=1.0)(
+                self.make_rng("params"), (self.vocab_size, self.embed_dim), jnp.float32))
+        return jnp.take(table.value, tokens, axis=0)
+
+
+def seq_mean(states: jax.Array, mask: jax.Array) -> jax.Array:
+    """Mean of the hidden states over non-pad positions (paper Eq. 3, SeqMean).
+
+    Args:
+      states: float ``[batch, len, f]``.
+      mask: bool ``[batch, len]``.
+
+    Returns:
+      float ``[batch, f]``; an empty review (no real token) gives the zero vector.
+    """
+    m = mask.astype(states.dtype)[..., None]
+    total = jnp.sum(states * m, axis=1)
+    return total / jnp.maximum(jnp.sum(m, axis=1), 1.0)
+
+
+class MLP(nn.Module):
+    """Two fully-connected layers with ReLU between them (paper Sec. 5.2, the classifier G).
+
+    Attributes:
+      hidden: width of the hidden layer (the paper does not give it; default 128 = 2 x 64,
+        the width of the pooled BiGRU feature).
+      num_classes: C.
+    """
+
+    hidden: int = 128
+    num_classes: int = 2
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = nn.relu(nn.Dense(self.hidden, name="hidden")(x))
+        return nn.Dense(self.num_classes, name="output")(x)
+
+
+class TextClassifier(nn.Module):
+    """Embedding-BiGRU-SeqMean-MLP (paper Fig. 2 left, Eq. 1-4).
+
+    Attributes:
+      vocab_size: V (rows of the embedding table, specials included).
+      embed_dim: d (paper: 200 with GloVe 200d; 50 with the GloVe 6B 50d shipped here).
+      hidden: BiGRU hidden size per direction s (paper: 64).
+      mlp_hidden: classifier hidden width (not given by the paper; default 128).
+      num_classes: C (FDU: 2, IYY: 5).
+    """
+
+    vocab_size: int
+    embed_dim: int = 200
+    hidden: int = 64
+    mlp_hidden: int = 128
+    num_classes: int = 2
+
+    def setup(self):
+        self.embedding = Embedding(self.vocab_size, self.embed_dim)
+        self.encoder = BiGRU(self.hidden)
+        self.classifier = MLP(self.mlp_hidden, self.num_classes)
+
+    def features(self, tokens: jax.Array) -> jax.Array:
+        """Pooled text feature o (Eq. 1-3).
+
+        Args:
+          tokens: int32 ``[batch, len]`` token ids, ``PAD`` (0) on padding, right-padded. The ids
+            index whatever embedding table the params hold (the global ``[V, d]`` table, or a
+            client's local-vocabulary table with ids remapped to it).
+
+        Returns:
+          float32 ``[batch, 2 * hidden]``.
+        """
+        mask = tokens != PAD
+        states = self.encoder(self.embedding(tokens), mask)
+        return seq_mean(states, mask)
+
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        """Logits g (Eq. 4): float32 ``[batch, num_classes]``."""
+        return self.classifier(self.features(tokens))
+
+
+def init_params(model: TextClassifier, rng: jax.Array,
+                embedding_matrix: np.ndarray | None = None) -> Params:
+    """Initialises the params pytree, optionally with a pretrained embedding table.
+
+    Args:
+      model: the module.
+      rng: PRNG key.
+      embedding_matrix: optional float ``[vocab_size, embed_dim]`` (e.g. GloVe rows from
+        :mod:`fedjax_sc.data.embeddings`).
+
+    Returns:
+      The ``params`` collection (a nested dict of float32 arrays).
+
+    Raises:
+      ValueError: if ``embedding_matrix`` has the wrong shape.
+    """
+    params = model.init(rng, jnp.zeros((1, 2), jnp.int32))["params"]
+    if embedding_matrix is not None:
+        expected = (model.vocab_size, model.embed_dim)
+        if tuple(embedding_matrix.shape) != expected:
+            raise ValueError(f"embedding_matrix has shape {embedding_matrix.shape}, "
+                             f"model expects {expected}")
+        params = dict(params)
+        params["embedding"] = {"embedding": jnp.asarray(embedding_matrix, jnp.float32)}
+    return params

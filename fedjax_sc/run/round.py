@@ -1,0 +1,292 @@
+"""One federated round as one compiled function (Li et al. 2021, Sec. 3.3; Alg. 1 lines 1-19).
+
+``round_step(server_state, clients, rng) -> (server_state, metrics)``:
+
+1. every client downloads the server params (with ``ClientData.vocab_ids`` only the rows of its
+   local vocabulary V^k of the word-embedding table, paper Remark 3);
+2. every client runs ``local_epochs`` epochs of mini-batch training on its own examples,
+   reshuffled each epoch, optimizer state fresh -- all clients at once under ``jax.vmap``,
+   the steps of one client as a ``lax.scan``; a client with fewer batches than the largest one
+   runs masked no-op steps that leave its params and optimizer state untouched;
+3. the server aggregates the clients' params with weights N^k / N.
+
+Randomness: the round's key is ``fold_in(rng, server_state.round)`` and client k's key is
+``fold_in(round_key, k)``, so a run resumed from a checkpoint replays exactly the same rounds.
+
+Local-vocabulary training is exact, not an approximation: a word that does not occur in a
+client's training data gets a zero gradient at every step, its optimizer state (fresh each
+round) stays zero, so its row never changes; the server's weighted mean of full tables equals
+the table plus the weighted row deltas (:func:`~fedjax_sc.algorithms.aggregate.weighted_mean_rows`).
+It is invalid for client optimizers that move parameters with a zero gradient (e.g. weight
+decay); pass ``vocab_ids=None`` to train the dense ``[V, d]`` table instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import traverse_util
+
+from fedjax_sc.algorithms.aggregate import example_weights, weighted_mean_rows
+from fedjax_sc.algorithms.base import Algorithm, Batch, Params
+
+EMBEDDING_PATH = ("embedding", "embedding")
+"""Path of the ``[V, d]`` word-embedding table in the params of the library's models."""
+
+
+class ServerState(NamedTuple):
+    """What the server keeps across rounds.
+
+    Attributes:
+      params: the global model's params pytree.
+      round: int32 scalar, the number of rounds completed.
+    """
+
+    params: Params
+    round: jax.Array
+
+
+class ClientData(NamedTuple):
+    """All clients' examples of one split, stacked on a leading client axis (device arrays).
+
+    Attributes:
+      tokens: int32 ``[num_clients, max_examples, len]``. Global vocabulary ids, or -- when
+        ``vocab_ids`` is given -- ids into the client's local vocabulary ``vocab_ids[k]``.
+      labels: int32 ``[num_clients, max_examples]``.
+      mask: bool ``[num_clients, max_examples]``, True on real examples.
+      counts: int32 ``[num_clients]``, N^k.
+      vocab_ids: optional int32 ``[num_clients, R]``: client k's local vocabulary V^k as global
+        row ids (PAD and UNK first, padded with PAD).
+      vocab_mask: optional bool ``[num_clients, R]``, False on the padding of ``vocab_ids``.
+    """
+
+    tokens: jax.Array
+    labels: jax.Array
+    mask: jax.Array
+    counts: jax.Array
+    vocab_ids: jax.Array | None = None
+    vocab_mask: jax.Array | None = None
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+def client_data(arrays: Any, local_vocab: bool = False) -> ClientData:
+    """Moves one split of a scene (``fedjax_sc.data.scenes.ClientArrays``) to the device.
+
+    Args:
+      arrays: object with numpy ``tokens``, ``labels``, ``mask``, ``counts`` as in ClientArrays.
+      local_vocab: if True, remap each client's token ids to its local vocabulary (paper
+        Remark 3) so that it trains only its ``R = max_k |V^k|`` rows instead of all V rows.
+
+    Returns:
+      The :class:`ClientData`.
+    """
+    tokens = np.asarray(arrays.tokens)
+    vocab_ids = vocab_mask = None
+    if local_vocab:
+        from fedjax_sc.data.scenes import local_vocabularies  # host-side helper
+        ids, vmask = local_vocabularies(arrays)
+        local = np.empty_like(tokens)
+        for k in range(tokens.shape[0]):
+            real = ids[k][vmask[k]]
+            local[k] = np.searchsorted(real, tokens[k])
+            if not np.array_equal(real[local[k]], tokens[k]):
+                raise ValueError(f"client {k}: a token id is missing from its local vocabulary")
+        tokens, vocab_ids, vocab_mask = local, jnp.asarray(ids), jnp.asarray(vmask)
+    return ClientData(jnp.asarray(tokens), jnp.asarray(arrays.labels), jnp.asarray(arrays.mask),
+                      jnp.asarray(arrays.counts), vocab_ids, vocab_mask)
+
+
+class RoundMetrics(NamedTuple):
+    """Per-client figures of one round (all ``[num_clients]``).
+
+    Attributes:
+      train_loss: float32 mean client loss over its real local steps.
+      train_accuracy: float32 mean training-batch accuracy over its real local steps.
+      steps: int32 number of real (unmasked) local steps.
+      finite: bool, False if the client's loss or params turned NaN/inf.
+    """
+
+    train_loss: jax.Array
+    train_accuracy: jax.Array
+    steps: jax.Array
+    finite: jax.Array
+
+
+def replace_leaf(params: Params, path: tuple[str, ...], value: jax.Array) -> Params:
+    """Returns ``params`` with the leaf at ``path`` replaced (nested dicts, no mutation)."""
+    flat = traverse_util.flatten_dict(params)
+    if path not in flat:
+        raise KeyError(f"no leaf {'/'.join(path)} in params; leaves: "
+                       f"{['/'.join(p) for p in flat]}")
+    flat[path] = value
+    return traverse_util.unflatten_dict(flat)
+
+
+def get_leaf(params: Params, path: tuple[str, ...]) -> jax.Array:
+    """The leaf at ``path`` of a nested-dict params pytree."""
+    for name in path:
+        params = params[name]
+    return params
+
+
+def epoch_schedule(key: jax.Array, mask: jax.Array, batch_size: int,
+                   local_epochs: int) -> tuple[jax.Array, jax.Array]:
+    """One client's shuffled mini-batch plan for a round.
+
+    Each epoch visits every real example once in a fresh random order; the last batch of an
+    epoch may be short (masked rows) and, for clients smaller than the largest one, whole
+    trailing batches of each epoch are masked (no-op steps). The order of the real examples
+    depends only on ``key`` and the example indices, not on how much padding follows them, so
+    a client padded to a larger size trains exactly as it would alone.
+
+    Args:
+      key: PRNG key of this client and round.
+      mask: bool ``[max_examples]``, True on real examples (a prefix).
+      batch_size: B.
+      local_epochs: E.
+
+    Returns:
+      ``(indices, batch_mask)``: int32 and bool ``[E, ceil(max_examples / B), B]``.
+    """
+    n = mask.shape[0]
+    steps = math.ceil(n / batch_size)
+    pad = steps * batch_size - n
+    count = jnp.sum(mask)
+    example = jnp.arange(n)
+
+    def one_epoch(k):
+        noise = jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(k, i)))(example)
+        order = jnp.argsort(jnp.where(mask, noise, 2.0)).astype(jnp.int32)  # real ones first
+        order = jnp.concatenate([order, jnp.zeros((pad,), jnp.int32)])
+        real = jnp.arange(steps * batch_size) < count
+        return order.reshape(steps, batch_size), real.reshape(steps, batch_size)
+
+    epochs = jnp.arange(local_epochs)
+    return jax.vmap(lambda e: one_epoch(jax.random.fold_in(key, e)))(epochs)
+
+
+def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: int):
+    """One client's local training for a round (vmapped over clients by :func:`build_round`).
+
+    Returns:
+      ``client_update(params, tokens, labels, mask, key) -> (params, RoundMetrics)`` for one
+      client: ``tokens`` int32 ``[max_examples, len]``, ``labels`` int32 ``[max_examples]``,
+      ``mask`` bool ``[max_examples]``; the metrics fields are scalars. The loss of epoch e,
+      batch j gets the key ``fold_in(fold_in(key, e), j)`` -- independent of padding too.
+    """
+    loss_and_grad = jax.value_and_grad(algorithm.client_loss, has_aux=True)
+    opt = algorithm.client_optimizer
+
+    def client_update(params: Params, tokens, labels, mask, key):
+        idx, batch_mask = epoch_schedule(key, mask, batch_size, local_epochs)
+        e, j = jnp.meshgrid(jnp.arange(idx.shape[0]), jnp.arange(idx.shape[1]), indexing="ij")
+        flat = lambda x: x.reshape((-1,) + x.shape[2:])
+
+        def step(carry, inputs):
+            params, opt_state = carry
+            i, m, e, j = inputs
+            batch = Batch(tokens[i], labels[i], m)
+            rng = jax.random.fold_in(jax.random.fold_in(key, e), j)
+            (loss, aux), grads = loss_and_grad(params, batch, rng)
+            updates, new_opt_state = opt.update(grads, opt_state, params)
+            new_params = optax.apply_updates(params, updates)
+            real = jnp.any(m)
+            keep = lambda new, old: jnp.where(real, new, old)  # padded step: a no-op
+            carry = (jax.tree.map(keep, new_params, params),
+                     jax.tree.map(keep, new_opt_state, opt_state))
+            return carry, (jnp.where(real, loss, 0.0), jnp.where(real, aux["accuracy"], 0.0),
+                           real)
+
+        (params, _), (losses, accs, real) = jax.lax.scan(
+            step, (params, opt.init(params)), (flat(idx), flat(batch_mask), flat(e), flat(j)))
+        n = jnp.sum(real)
+        finite = jnp.all(jnp.isfinite(losses)) & jnp.all(jnp.asarray(
+            [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)]))
+        denom = jnp.maximum(n, 1).astype(jnp.float32)
+        return params, RoundMetrics(jnp.sum(losses) / denom, jnp.sum(accs) / denom,
+                                    n.astype(jnp.int32), finite)
+
+    return client_update
+
+
+def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
+                embedding_path: tuple[str, ...] = EMBEDDING_PATH
+                ) -> Callable[[ServerState, ClientData, jax.Array],
+                              tuple[ServerState, RoundMetrics]]:
+    """The un-jitted round function (jit it, or use :func:`make_round_step`).
+
+    Args:
+      algorithm: the :class:`~fedjax_sc.algorithms.base.Algorithm`.
+      batch_size: local mini-batch size B (paper: 8 for FDU).
+      local_epochs: local epochs E per round (paper: 2).
+      embedding_path: params path of the word-embedding table, used when the clients train
+        their local vocabulary rows only (``ClientData.vocab_ids`` set).
+
+    Returns:
+      ``round_step(server_state, clients, rng) -> (server_state, RoundMetrics)`` where ``rng``
+      is the run's root key (the round number is folded in).
+
+    Raises:
+      ValueError: if batch_size or local_epochs < 1.
+    """
+    if batch_size < 1 or local_epochs < 1:
+        raise ValueError(f"batch_size and local_epochs must be >= 1, got {batch_size}, "
+                         f"{local_epochs}")
+    client_update = build_client_update(algorithm, batch_size=batch_size,
+                                        local_epochs=local_epochs)
+
+    def round_step(state: ServerState, clients: ClientData, rng: jax.Array):
+        round_key = jax.random.fold_in(rng, state.round)
+        keys = jax.vmap(lambda k: jax.random.fold_in(round_key, k))(
+            jnp.arange(clients.num_clients))
+        weights = example_weights(clients.counts)
+        local_rows = clients.vocab_ids is not None
+        if local_rows:
+            table = get_leaf(state.params, embedding_path)
+
+            def download(ids):  # client k's view: only the rows of V^k
+                return replace_leaf(state.params, embedding_path, table[ids])
+
+            client_params, metrics = jax.vmap(
+                lambda ids, *a: client_update(download(ids), *a))(
+                    clients.vocab_ids, clients.tokens, clients.labels, clients.mask, keys)
+            rows = get_leaf(client_params, embedding_path)
+            dense_part = replace_leaf(client_params, embedding_path,
+                                      jnp.zeros((clients.num_clients, 1, 1), table.dtype))
+            new_params = algorithm.aggregator(dense_part, weights)
+            new_params = replace_leaf(new_params, embedding_path, weighted_mean_rows(
+                table, clients.vocab_ids, rows, clients.vocab_mask, weights))
+        else:
+            client_params, metrics = jax.vmap(client_update, in_axes=(None, 0, 0, 0, 0))(
+                state.params, clients.tokens, clients.labels, clients.mask, keys)
+            new_params = algorithm.aggregator(client_params, weights)
+        return ServerState(new_params, state.round + 1), metrics
+
+    return round_step
+
+
+def make_round_step(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
+                    embedding_path: tuple[str, ...] = EMBEDDING_PATH, donate: bool = False):
+    """``jax.jit`` of :func:`build_round`: the whole round is one compiled program.
+
+    It compiles once per run (the shapes of the server state and client data are fixed);
+    ``donate=True`` lets XLA reuse the old server state's buffers for the new one (the caller
+    must not use the old state afterwards).
+    """
+    fn = build_round(algorithm, batch_size=batch_size, local_epochs=local_epochs,
+                     embedding_path=embedding_path)
+    return jax.jit(fn, donate_argnums=(0,) if donate else ())
+
+
+def init_server_state(params: Params) -> ServerState:
+    """Round-0 server state for ``params``."""
+    return ServerState(params, jnp.zeros((), jnp.int32))

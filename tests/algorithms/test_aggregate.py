@@ -1,0 +1,52 @@
+"""Aggregation: weights N^k/N, weighted mean, and the row-sparse (local vocabulary) form."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from fedjax_sc.algorithms.aggregate import example_weights, weighted_mean, weighted_mean_rows
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 2000), min_size=1, max_size=20).filter(lambda c: sum(c) > 0))
+def test_weights_are_proportional_to_counts_and_sum_to_one(counts):
+    w = np.asarray(example_weights(jnp.asarray(counts)))
+    np.testing.assert_allclose(w.sum(), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(w, np.asarray(counts) / sum(counts), rtol=1e-5)
+
+
+@settings(max_examples=20, deadline=None)
+@given(k=st.integers(1, 6), n=st.integers(1, 5))
+def test_averaging_identical_clients_is_the_identity(k, n):
+    tree = {"a": jnp.arange(n, dtype=jnp.float32), "b": {"c": jnp.ones((n, 2)) * 3.0}}
+    stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (k,) + x.shape), tree)
+    w = example_weights(jnp.arange(1, k + 1))
+    chex.assert_trees_all_close(weighted_mean(stacked, w), tree, rtol=1e-6)
+
+
+def test_weighted_mean_matches_numpy():
+    x = np.random.default_rng(0).normal(size=(3, 4, 2)).astype(np.float32)
+    w = np.array([0.5, 0.3, 0.2], np.float32)
+    np.testing.assert_allclose(weighted_mean({"x": jnp.asarray(x)}, jnp.asarray(w))["x"],
+                               np.einsum("k,kij->ij", w, x), rtol=1e-6)
+
+
+@settings(max_examples=25, deadline=None)
+@given(v=st.integers(3, 12), k=st.integers(1, 4), r=st.integers(1, 6), seed=st.integers(0, 99))
+def test_row_sparse_mean_equals_dense_mean_of_full_tables(v, k, r, seed):
+    rng = np.random.default_rng(seed)
+    table = rng.normal(size=(v, 2)).astype(np.float32)
+    ids = np.stack([np.sort(rng.choice(v, size=min(r, v), replace=False)) for _ in range(k)])
+    mask = rng.random(ids.shape) < 0.8
+    rows = rng.normal(size=ids.shape + (2,)).astype(np.float32)
+    counts = rng.integers(1, 50, size=k)
+    full = np.repeat(table[None], k, axis=0)
+    for c in range(k):
+        full[c, ids[c][mask[c]]] = rows[c][mask[c]]
+    w = example_weights(jnp.asarray(counts))
+    dense = weighted_mean({"t": jnp.asarray(full)}, w)["t"]
+    sparse = weighted_mean_rows(jnp.asarray(table), jnp.asarray(ids), jnp.asarray(rows),
+                                jnp.asarray(mask), w)
+    np.testing.assert_allclose(sparse, dense, atol=1e-5)

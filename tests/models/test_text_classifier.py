@@ -1,0 +1,82 @@
+"""Model: shapes, finiteness, padding invariance, and a NumPy reference of the BiGRU."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from fedjax_sc.models.text_classifier import BiGRU, TextClassifier, init_params, seq_mean
+
+
+def _np_gru_direction(x, w_in, b_in, w_rec, b_rec, h):
+    """PyTorch-convention GRU over the rows of x [T, d] for one direction, NumPy."""
+    sig = lambda v: 1 / (1 + np.exp(-v))
+    state, out = np.zeros(h), []
+    for t in range(x.shape[0]):
+        xg, hg = x[t] @ w_in + b_in, state @ w_rec + b_rec
+        r, z = sig(xg[:h] + hg[:h]), sig(xg[h:2 * h] + hg[h:2 * h])
+        n = np.tanh(xg[2 * h:] + r * hg[2 * h:])
+        state = (1 - z) * n + z * state
+        out.append(state)
+    return np.stack(out)
+
+
+def test_bigru_matches_numpy_reference_on_a_padded_batch():
+    h, d, L = 3, 4, 6
+    x = jax.random.normal(jax.random.key(0), (2, L, d))
+    lengths = np.array([6, 4])
+    mask = jnp.arange(L)[None] < lengths[:, None]
+    gru = BiGRU(hidden=h)
+    params = gru.init(jax.random.key(1), x, mask)["params"]
+    out = np.asarray(gru.apply({"params": params}, x, mask))
+    p = jax.tree.map(np.asarray, params)
+    for b, n in enumerate(lengths):
+        xb = np.asarray(x[b, :n])
+        fwd = _np_gru_direction(xb, p["input_kernel"][:, 0], p["input_bias"][0],
+                                p["recurrent_kernel"][0], p["recurrent_bias"][0], h)
+        bwd = _np_gru_direction(xb[::-1], p["input_kernel"][:, 1], p["input_bias"][1],
+                                p["recurrent_kernel"][1], p["recurrent_bias"][1], h)[::-1]
+        np.testing.assert_allclose(out[b, :n], np.concatenate([fwd, bwd], -1), atol=1e-5)
+
+
+def test_classifier_shapes_and_finite_including_empty_review():
+    model = TextClassifier(vocab_size=30, embed_dim=8, hidden=4, mlp_hidden=5, num_classes=3)
+    params = init_params(model, jax.random.key(0))
+    chex.assert_shape(params["embedding"]["embedding"], (30, 8))
+    tokens = jnp.array([[3, 4, 5, 0], [0, 0, 0, 0]], jnp.int32)  # second review is empty
+    logits = model.apply({"params": params}, tokens)
+    chex.assert_shape(logits, (2, 3))
+    chex.assert_tree_all_finite(logits)
+
+
+@settings(max_examples=15, deadline=None)
+@given(length=st.integers(1, 7), extra_pad=st.integers(1, 5))
+def test_right_padding_does_not_change_the_features(length, extra_pad):
+    model = TextClassifier(vocab_size=20, embed_dim=6, hidden=3, mlp_hidden=4)
+    params = init_params(model, jax.random.key(0))
+    ids = jax.random.randint(jax.random.key(length), (1, length), 2, 20)
+    padded = jnp.pad(ids, ((0, 0), (0, extra_pad)))
+    f = lambda t: model.apply({"params": params}, t, method=model.features)
+    chex.assert_trees_all_close(f(ids), f(padded), atol=1e-6)
+
+
+def test_seq_mean_matches_numpy():
+    states = np.random.default_rng(0).normal(size=(2, 5, 3)).astype(np.float32)
+    mask = np.array([[1, 1, 0, 0, 0], [0, 0, 0, 0, 0]], bool)
+    out = np.asarray(seq_mean(jnp.asarray(states), jnp.asarray(mask)))
+    np.testing.assert_allclose(out[0], states[0, :2].mean(0), rtol=1e-6)
+    np.testing.assert_array_equal(out[1], np.zeros(3))
+
+
+def test_pretrained_matrix_is_used_and_checked():
+    model = TextClassifier(vocab_size=10, embed_dim=4, hidden=2, mlp_hidden=3)
+    matrix = np.arange(40, dtype=np.float32).reshape(10, 4)
+    params = init_params(model, jax.random.key(0), matrix)
+    np.testing.assert_array_equal(params["embedding"]["embedding"], matrix)
+    try:
+        init_params(model, jax.random.key(0), matrix[:5])
+    except ValueError as e:
+        assert "(10, 4)" in str(e)
+    else:
+        raise AssertionError("wrong shape accepted")
