@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_sc.models.gru import gru_recurrence
+
 PAD = 0  # token id of <pad>; must match fedjax_sc.data.vocab.PAD
 
 Params = Any
@@ -37,7 +39,8 @@ class BiGRU(nn.Module):
 
     Speed: the input projections of all time steps and both directions are one matmul outside
     the recurrence; both directions advance together in one ``lax.scan`` of length L, so the
-    sequential part is a single ``[2, B, h] x [2, h, 3h]`` batched matmul per step.
+    sequential part is a single ``[2, B, h] x [2, h, 3h]`` batched matmul per step, and the
+    backward pass is hand-written (:func:`fedjax_sc.models.gru.gru_recurrence`).
 
     Padding: positions where ``mask`` is False keep the previous state. Because padding is on
     the right, the backward direction therefore starts from a zero state at the last real token,
@@ -69,26 +72,14 @@ class BiGRU(nn.Module):
         w_rec = self.param("recurrent_kernel", _orthogonal_per_direction, (2, h, 3 * h), x.dtype)
         b_rec = self.param("recurrent_bias", nn.initializers.zeros_init(), (2, 3 * h), x.dtype)
 
-        # [len, 2, batch, 3h]: direction 1 sees the sequence reversed in time.
-        proj = jnp.einsum("bld,dkg->lkbg", x, w_in) + b_in[None, :, None, :]
-        proj = jnp.stack([proj[:, 0], proj[::-1, 1]], axis=1)
-        tmask = jnp.swapaxes(mask, 0, 1)
+        # [len, 2, batch, 3h] input projections of every step and both directions: one matmul.
+        proj = (x.reshape(-1, d) @ w_in.reshape(d, 6 * h)).reshape(x.shape[0], x.shape[1], 2,
+                                                                  3 * h) + b_in
+        proj = jnp.transpose(proj, (1, 2, 0, 3))
+        proj = jnp.stack([proj[:, 0], proj[::-1, 1]], axis=1)  # direction 1 runs backwards
+        tmask = jnp.swapaxes(mask, 0, 1).astype(x.dtype)
         tmask = jnp.stack([tmask, tmask[::-1]], axis=1)[..., None]  # [len, 2, batch, 1]
-
-        def step(carry, inputs):
-            xg, m = inputs
-            hg = jnp.einsum("kbh,khg->kbg", carry, w_rec) + b_rec[:, None, :]
-            xr, xz, xn = jnp.split(xg, 3, axis=-1)
-            hr, hz, hn = jnp.split(hg, 3, axis=-1)
-            r = jax.nn.sigmoid(xr + hr)
-            z = jax.nn.sigmoid(xz + hz)
-            n = jnp.tanh(xn + r * hn)
-            new = (1.0 - z) * n + z * carry
-            new = jnp.where(m, new, carry)
-            return new, new
-
-        init = jnp.zeros((2, x.shape[0], h), x.dtype)
-        _, states = jax.lax.scan(step, init, (proj, tmask))  # [len, 2, batch, h]
+        states = gru_recurrence(proj, tmask, w_rec, b_rec)  # [len, 2, batch, h]
         fwd, bwd = states[:, 0], states[::-1, 1]
         return jnp.swapaxes(jnp.concatenate([fwd, bwd], axis=-1), 0, 1)
 
