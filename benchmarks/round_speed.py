@@ -112,7 +112,8 @@ def main() -> None:
     p.add_argument("--local-epochs", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2, help="timed rounds after compilation")
     p.add_argument("--dense-embedding", action="store_true")
-    p.add_argument("--torch-steps", type=int, default=10, help="PyTorch steps per client")
+    p.add_argument("--torch-steps", type=int, default=10,
+                   help="PyTorch steps per client for the same-run reference (0: skip)")
     args = p.parse_args()
 
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {args.clients} clients, "
@@ -145,8 +146,10 @@ def main() -> None:
     print(f"model: {flops / 1e9:.2f} GFLOP per client-step -> {rate * flops / 1e9:.1f} GFLOP/s")
     print(f"large f32 matmul: {peak / 1e9:.1f} GFLOP/s -> model/matmul ratio "
           f"{rate * flops / peak:.2f}")
-    ref = torch_reference(args, args.torch_steps)
-    if ref is None:
+    ref = torch_reference(args, args.torch_steps) if args.torch_steps > 0 else None
+    if args.torch_steps <= 0:
+        print("PyTorch reference skipped (--torch-steps 0)")
+    elif ref is None:
         print("PyTorch not importable: no same-run reference (pip install torch)")
     else:
         print(f"plain PyTorch loop over clients: {ref:.1f} client-steps/s -> speed-up "
