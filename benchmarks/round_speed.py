@@ -30,7 +30,7 @@ import numpy as np
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.data.scenes import ClientArrays
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
-from fedjax_sc.run.round import build_round, client_data, init_server_state
+from fedjax_sc.run.round import build_round, client_data, init_states
 
 
 def model_flops_per_step(batch: int, length: int, d: int, h: int, mlp: int, classes: int) -> float:
@@ -120,21 +120,22 @@ def main() -> None:
           f"batch {args.batch}, L {args.max_len}, d {args.embed_dim}, hidden {args.hidden}, "
           f"V {args.vocab}, {'dense' if args.dense_embedding else 'local-vocabulary'} embedding")
     model = TextClassifier(args.vocab, args.embed_dim, args.hidden, args.mlp_hidden, 2)
-    state = init_server_state(init_params(model, jax.random.key(0)))
+    algorithm = fedavg(model)
+    state, clients = init_states(algorithm, init_params(model, jax.random.key(0)), args.clients)
     arrays = synthetic_arrays(args.clients, args.examples, args.max_len, args.vocab,
                               args.local_vocab)
     data = client_data(arrays, local_vocab=not args.dense_embedding)
-    fn = jax.jit(build_round(fedavg(model), batch_size=args.batch,
-                             local_epochs=args.local_epochs), donate_argnums=0)
+    fn = jax.jit(build_round(algorithm, batch_size=args.batch,
+                             local_epochs=args.local_epochs), donate_argnums=(0, 1))
     t = time.perf_counter()
-    step = fn.lower(state, data, jax.random.key(1)).compile()
+    step = fn.lower(state, clients, data, jax.random.key(1)).compile()
     print(f"compile: {time.perf_counter() - t:.1f} s")
-    state, m = step(state, data, jax.random.key(1))  # warm-up round
+    state, clients, m = step(state, clients, data, jax.random.key(1))  # warm-up round
     jax.block_until_ready(state)
     t = time.perf_counter()
     steps = 0
     for _ in range(args.rounds):
-        state, m = step(state, data, jax.random.key(1))
+        state, clients, m = step(state, clients, data, jax.random.key(1))
         steps += int(np.asarray(m.steps).sum())
     jax.block_until_ready(state)
     seconds = time.perf_counter() - t

@@ -8,7 +8,7 @@ aggregation in the same program. Researchers build their own by replacing any fi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -52,6 +52,10 @@ class Algorithm(NamedTuple):
       client_optimizer: an optax transformation; its state is created fresh at the start of
         every round for every client (paper Sec. 5.2).
       aggregator: how the server reduces the clients' uploads (see :data:`Aggregator`).
+      leaf_rules: ``None`` (every leaf shared, as FedAvg) or ``{"private": regexes,
+        "shared": regexes}`` over parameter paths (:func:`fedjax_sc.algorithms.masking.
+        label_leaves`; every leaf must match exactly one rule). Private leaves stay on their
+        client across rounds and are never uploaded.
     """
 
     name: str
@@ -59,3 +63,4 @@ class Algorithm(NamedTuple):
     client_loss: ClientLoss
     client_optimizer: optax.GradientTransformation
     aggregator: Aggregator
+    leaf_rules: Mapping[str, str | Sequence[str]] | None = None

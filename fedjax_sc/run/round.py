@@ -1,14 +1,17 @@
 """One federated round as one compiled function (Li et al. 2021, Sec. 3.3; Alg. 1 lines 1-19).
 
-``round_step(server_state, clients, rng) -> (server_state, metrics)``:
+``round_step(server_state, client_states, clients, rng) -> (server_state, client_states,
+metrics)``:
 
-1. every client downloads the server params (with ``ClientData.vocab_ids`` only the rows of its
-   local vocabulary V^k of the word-embedding table, paper Remark 3);
+1. every client downloads the server's (shared) params and joins them with its own private
+   leaves from ``client_states`` (none for FedAvg); with ``ClientData.vocab_ids`` it works on
+   the rows of its local vocabulary V^k of the word-embedding table only (paper Remark 3);
 2. every client runs ``local_epochs`` epochs of mini-batch training on its own examples,
    reshuffled each epoch, optimizer state fresh -- all clients at once under ``jax.vmap``,
    the steps of one client as a ``lax.scan``; a client with fewer batches than the largest one
    runs masked no-op steps that leave its params and optimizer state untouched;
-3. the server aggregates the clients' params with weights N^k / N.
+3. each client keeps its private leaves (the new ``client_states``) and uploads the shared
+   ones; the server aggregates those with weights N^k / N.
 
 Randomness: the round's key is ``fold_in(rng, server_state.round)`` and client k's key is
 ``fold_in(round_key, k)``, so a run resumed from a checkpoint replays exactly the same rounds.
@@ -33,6 +36,7 @@ import numpy as np
 import optax
 from flax import traverse_util
 
+from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.aggregate import example_weights, weighted_mean_rows
 from fedjax_sc.algorithms.base import Algorithm, Batch, Params
 
@@ -44,12 +48,23 @@ class ServerState(NamedTuple):
     """What the server keeps across rounds.
 
     Attributes:
-      params: the global model's params pytree.
+      params: the shared leaves of the model (all leaves for FedAvg): the global model.
       round: int32 scalar, the number of rounds completed.
     """
 
     params: Params
     round: jax.Array
+
+
+class ClientStates(NamedTuple):
+    """What every client keeps across rounds (FURL/FedPer-style stateful clients).
+
+    Attributes:
+      private: the private leaves of all clients, stacked ``[num_clients, ...]`` (an empty dict
+        when the algorithm has none). They never leave their client.
+    """
+
+    private: Params
 
 
 class ClientData(NamedTuple):
@@ -232,8 +247,9 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
         their local vocabulary rows only (``ClientData.vocab_ids`` set).
 
     Returns:
-      ``round_step(server_state, clients, rng) -> (server_state, RoundMetrics)`` where ``rng``
-      is the run's root key (the round number is folded in).
+      ``round_step(server_state, client_states, clients, rng) -> (server_state,
+      client_states, RoundMetrics)`` where ``rng`` is the run's root key (the round number is
+      folded in). Build the initial states with :func:`init_states`.
 
     Raises:
       ValueError: if batch_size or local_epochs < 1.
@@ -244,32 +260,52 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
     client_update = build_client_update(algorithm, batch_size=batch_size,
                                         local_epochs=local_epochs)
 
-    def round_step(state: ServerState, clients: ClientData, rng: jax.Array):
+    def split(params):  # -> (shared, private) by the algorithm's rules (static structure)
+        if algorithm.leaf_rules is None:
+            return params, {}
+        labels = masking.label_leaves(params, algorithm.leaf_rules)
+        return (masking.select(params, labels, masking.SHARED),
+                masking.select(params, labels, masking.PRIVATE))
+
+    def round_step(state: ServerState, client_states: ClientStates, clients: ClientData,
+                   rng: jax.Array):
         round_key = jax.random.fold_in(rng, state.round)
         keys = jax.vmap(lambda k: jax.random.fold_in(round_key, k))(
             jnp.arange(clients.num_clients))
         weights = example_weights(clients.counts)
         local_rows = clients.vocab_ids is not None
-        if local_rows:
+        table_is_shared = local_rows and _has_leaf(state.params, embedding_path)
+
+        def one_client(private, ids, vmask, tokens, labels, mask, key):
+            params = masking.merge(state.params, private)
+            if local_rows:  # work on the rows of V^k only (exact, see the module docstring)
+                table = get_leaf(params, embedding_path)
+                params = replace_leaf(params, embedding_path, table[ids])
+            params, metrics = client_update(params, tokens, labels, mask, key)
+            shared, private = split(params)
+            if local_rows and not table_is_shared:  # a private table: write its rows back
+                rows = get_leaf(private, embedding_path)
+                safe_ids = jnp.where(vmask, ids, table.shape[0])  # padding entries: dropped
+                private = replace_leaf(private, embedding_path,
+                                       table.at[safe_ids].set(rows, mode="drop"))
+            return shared, private, metrics
+
+        vocab_ids, vocab_mask = ((clients.vocab_ids, clients.vocab_mask) if local_rows else
+                                 (jnp.zeros((clients.num_clients, 1), jnp.int32),) * 2)
+        shared, private, metrics = jax.vmap(one_client)(
+            client_states.private, vocab_ids, vocab_mask, clients.tokens, clients.labels,
+            clients.mask, keys)
+        if table_is_shared:
             table = get_leaf(state.params, embedding_path)
-
-            def download(ids):  # client k's view: only the rows of V^k
-                return replace_leaf(state.params, embedding_path, table[ids])
-
-            client_params, metrics = jax.vmap(
-                lambda ids, *a: client_update(download(ids), *a))(
-                    clients.vocab_ids, clients.tokens, clients.labels, clients.mask, keys)
-            rows = get_leaf(client_params, embedding_path)
-            dense_part = replace_leaf(client_params, embedding_path,
-                                      jnp.zeros((clients.num_clients, 1, 1), table.dtype))
-            new_params = algorithm.aggregator(dense_part, weights)
-            new_params = replace_leaf(new_params, embedding_path, weighted_mean_rows(
-                table, clients.vocab_ids, rows, clients.vocab_mask, weights))
+            rows = get_leaf(shared, embedding_path)
+            rest = replace_leaf(shared, embedding_path,
+                                jnp.zeros((clients.num_clients, 1, 1), table.dtype))
+            new_params = replace_leaf(algorithm.aggregator(rest, weights), embedding_path,
+                                      weighted_mean_rows(table, clients.vocab_ids, rows,
+                                                         clients.vocab_mask, weights))
         else:
-            client_params, metrics = jax.vmap(client_update, in_axes=(None, 0, 0, 0, 0))(
-                state.params, clients.tokens, clients.labels, clients.mask, keys)
-            new_params = algorithm.aggregator(client_params, weights)
-        return ServerState(new_params, state.round + 1), metrics
+            new_params = algorithm.aggregator(shared, weights)
+        return ServerState(new_params, state.round + 1), ClientStates(private), metrics
 
     return round_step
 
@@ -278,15 +314,32 @@ def make_round_step(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
                     embedding_path: tuple[str, ...] = EMBEDDING_PATH, donate: bool = False):
     """``jax.jit`` of :func:`build_round`: the whole round is one compiled program.
 
-    It compiles once per run (the shapes of the server state and client data are fixed);
-    ``donate=True`` lets XLA reuse the old server state's buffers for the new one (the caller
-    must not use the old state afterwards).
+    It compiles once per run (the shapes of the states and client data are fixed);
+    ``donate=True`` lets XLA reuse the old states' buffers for the new ones (the caller must
+    not use the old states afterwards).
     """
     fn = build_round(algorithm, batch_size=batch_size, local_epochs=local_epochs,
                      embedding_path=embedding_path)
-    return jax.jit(fn, donate_argnums=(0,) if donate else ())
+    return jax.jit(fn, donate_argnums=(0, 1) if donate else ())
 
 
-def init_server_state(params: Params) -> ServerState:
-    """Round-0 server state for ``params``."""
-    return ServerState(params, jnp.zeros((), jnp.int32))
+def init_states(algorithm: Algorithm, params: Params,
+                num_clients: int) -> tuple[ServerState, ClientStates]:
+    """Round-0 states: the shared leaves go to the server, every client starts its private
+    leaves from the same initial values.
+
+    Raises:
+      ValueError: the algorithm's ``leaf_rules`` do not cover the params exactly once.
+    """
+    if algorithm.leaf_rules is None:
+        shared, private = params, {}
+    else:
+        labels = masking.label_leaves(params, algorithm.leaf_rules)
+        shared = masking.select(params, labels, masking.SHARED)
+        private = masking.select(params, labels, masking.PRIVATE)
+    stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_clients,) + x.shape), private)
+    return ServerState(shared, jnp.zeros((), jnp.int32)), ClientStates(stacked)
+
+
+def _has_leaf(params: Params, path: tuple[str, ...]) -> bool:
+    return path in traverse_util.flatten_dict(params)

@@ -2,7 +2,7 @@
 
 Writes into ``out``: ``config.json`` (the resolved configuration), ``vocab.json``,
 ``metrics.jsonl`` (one JSON object per round), ``checkpoints/`` (orbax, one per round, the last
-two kept), ``report.json`` and ``report.md`` (per-client Ag^k table). ``resume=True`` continues
+two kept; server params, round and the clients' private leaves), ``report.json`` and ``report.md`` (per-client Ag^k table). ``resume=True`` continues
 from the last checkpoint; because the round key is ``fold_in(seed key, round)``, a resumed run
 ends with exactly the parameters of an uninterrupted one.
 """
@@ -28,7 +28,7 @@ from fedjax_sc.data.corpus import FDU_DOMAINS
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
 from fedjax_sc.run import configs
 from fedjax_sc.run.evaluate import make_evaluate
-from fedjax_sc.run.round import ServerState, build_round, client_data, init_server_state
+from fedjax_sc.run.round import ClientStates, ServerState, build_round, client_data, init_states
 
 ALGORITHMS = {"fedavg": fedavg}
 SCENES = ("synthetic", "fdu", "iyy")
@@ -206,9 +206,9 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
             f"(coverage {emb.coverage:.1%}); the rest get small random vectors")
     root = jax.random.key(c.seed)
     init_key, train_key = jax.random.split(root)
-    state = init_server_state(init_params(model, init_key, matrix))
-
     algorithm = ALGORITHMS[c.algorithm](model, learning_rate=c.lr, momentum=c.momentum)
+    state, client_states = init_states(algorithm, init_params(model, init_key, matrix),
+                                       scene.num_clients)
     train_data = client_data(scene.train, local_vocab=c.local_vocab)
     test_data = client_data(scene.test)
     evaluate = make_evaluate(model)
@@ -219,8 +219,9 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     if c.resume and ckpt.latest_step() is not None:
         start = int(ckpt.latest_step())
         restored = ckpt.restore(start, args=ocp.args.StandardRestore(
-            {"params": state.params, "round": state.round}))
+            _checkpoint_tree(state, client_states)))
         state = ServerState(restored["params"], restored["round"])
+        client_states = ClientStates(restored.get("private", {}))
         log(f"resumed from {out / 'checkpoints'} at round {start}")
     metrics_path = out / "metrics.jsonl"
     history = _read_metrics(metrics_path, start)
@@ -231,7 +232,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     t0 = time.perf_counter()
     round_step = jax.jit(build_round(algorithm, batch_size=c.batch_size,
                                      local_epochs=c.local_epochs)
-                         ).lower(state, train_data, train_key).compile()
+                         ).lower(state, client_states, train_data, train_key).compile()
     log(f"round compiled in {time.perf_counter() - t0:.1f} s; algorithm {c.algorithm}, "
         f"batch {c.batch_size}, lr {c.lr}, {c.local_epochs} local epochs, d = {c.embed_dim}")
 
@@ -239,7 +240,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     durations = []
     for r in range(start + 1, c.rounds + 1):
         t0 = time.perf_counter()
-        new_state, m = round_step(state, train_data, train_key)
+        new_state, new_client_states, m = round_step(state, client_states, train_data,
+                                                     train_key)
         finite = np.asarray(m.finite)
         if not finite.all():
             k = int(np.flatnonzero(~finite)[0])
@@ -247,7 +249,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
                 f"round {r}: client {k} ({names[k]}) produced a non-finite update (mean local "
                 f"loss {float(m.train_loss[k])}); nothing was aggregated or saved. "
                 f"Try a smaller --lr.")
-        state = new_state
+        state, client_states = new_state, new_client_states
         jax.block_until_ready(state.params)
         seconds = time.perf_counter() - t0
         durations.append(seconds)
@@ -259,7 +261,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
                "Ag_per_client": accuracy.round(5).tolist()}
         with metrics_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
-        ckpt.save(r, args=ocp.args.StandardSave({"params": state.params, "round": state.round}))
+        ckpt.save(r, args=ocp.args.StandardSave(_checkpoint_tree(state, client_states)))
         eta = (c.rounds - r) * float(np.mean(durations))
         log(f"round {r:3d}/{c.rounds} | train loss {row['train_loss']:.4f} | Ag {row['Ag']:.4f} "
             f"| {seconds:6.1f} s | {row['client_steps_per_s']:6.1f} client-steps/s "
@@ -274,6 +276,14 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     log(table)
     report["params"] = state.params
     return report
+
+
+def _checkpoint_tree(state: ServerState, client_states: ClientStates) -> dict[str, Any]:
+    """What a checkpoint holds: server params and round, and the clients' private leaves."""
+    tree = {"params": state.params, "round": state.round}
+    if jax.tree.leaves(client_states.private):
+        tree["private"] = client_states.private
+    return tree
 
 
 def _report(c: TrainConfig, scene: scenes.Scene, accuracy: np.ndarray) -> dict[str, Any]:

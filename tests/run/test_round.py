@@ -26,8 +26,14 @@ def model(scene):
     return TextClassifier(vocab_size=len(scene.vocab), embed_dim=8, hidden=4, mlp_hidden=6)
 
 
-def _state(model):
-    return rnd.init_server_state(init_params(model, jax.random.key(0)))
+def _states(model, scene, algorithm=None):
+    algorithm = algorithm or fedavg(model)
+    return rnd.init_states(algorithm, init_params(model, jax.random.key(0)), scene.num_clients)
+
+
+def _state(model, scene=None):
+    return _states(model, scene or synthetic_scene(num_clients=1, train_per_client=2,
+                                                   test_per_client=1, max_len=4))[0]
 
 
 def test_round_compiles_once_and_counts_rounds(scene, model):
@@ -35,13 +41,14 @@ def test_round_compiles_once_and_counts_rounds(scene, model):
                                                 local_epochs=2), n=1)
     step = jax.jit(fn)
     data = rnd.client_data(scene.train, local_vocab=True)
-    state = _state(model)
+    state, clients = _states(model, scene)
     for r in range(3):
-        state, metrics = step(state, data, jax.random.key(1))
+        state, clients, metrics = step(state, clients, data, jax.random.key(1))
     assert int(state.round) == 3
     assert step._cache_size() == 1
+    assert clients.private == {}
     chex.assert_tree_all_finite(state.params)
-    chex.assert_trees_all_equal_shapes(state.params, _state(model).params)
+    chex.assert_trees_all_equal_shapes(state.params, _states(model, scene)[0].params)
     expected_steps = [2 * math.ceil(int(n) / 4) for n in scene.train.counts]
     np.testing.assert_array_equal(metrics.steps, expected_steps)
     assert bool(metrics.finite.all())
@@ -50,18 +57,19 @@ def test_round_compiles_once_and_counts_rounds(scene, model):
 @pytest.mark.parametrize("local_vocab", [False, True])
 def test_zero_learning_rate_leaves_params_unchanged(scene, model, local_vocab):
     step = rnd.make_round_step(fedavg(model, 0.0), batch_size=4, local_epochs=1)
-    state = _state(model)
-    new, _ = step(state, rnd.client_data(scene.train, local_vocab), jax.random.key(1))
+    state, clients = _states(model, scene)
+    new, _, _ = step(state, clients, rnd.client_data(scene.train, local_vocab),
+                     jax.random.key(1))
     chex.assert_trees_all_close(new.params, state.params, atol=1e-7)
 
 
 def test_local_vocabulary_training_equals_dense_training(scene, model):
     step = rnd.make_round_step(fedavg(model, 0.1), batch_size=4, local_epochs=2)
-    dense = sparse = _state(model)
+    dense = sparse = _states(model, scene)
     for _ in range(2):
-        dense, _ = step(dense, rnd.client_data(scene.train, False), jax.random.key(2))
-        sparse, _ = step(sparse, rnd.client_data(scene.train, True), jax.random.key(2))
-    chex.assert_trees_all_close(dense.params, sparse.params, atol=2e-6)
+        dense = step(*dense, rnd.client_data(scene.train, False), jax.random.key(2))[:2]
+        sparse = step(*sparse, rnd.client_data(scene.train, True), jax.random.key(2))[:2]
+    chex.assert_trees_all_close(dense[0].params, sparse[0].params, atol=2e-6)
 
 
 def test_padded_client_trains_exactly_as_alone(scene, model):
@@ -88,8 +96,8 @@ def test_identical_clients_aggregate_to_their_common_update(scene, model):
     update = rnd.build_client_update(alg, batch_size=4, local_epochs=1)
     round_key = jax.random.fold_in(jax.random.key(3), 0)
     # all three clients get different shuffles; use client 0's key for all by one client alone
-    solo, _ = rnd.make_round_step(alg, batch_size=4, local_epochs=1)(state, one,
-                                                                     jax.random.key(3))
+    solo, _, _ = rnd.make_round_step(alg, batch_size=4, local_epochs=1)(
+        state, rnd.ClientStates({}), one, jax.random.key(3))
     expected, _ = update(state.params, one.tokens[0], one.labels[0], one.mask[0],
                          jax.random.fold_in(round_key, 0))
     chex.assert_trees_all_close(solo.params, expected, atol=1e-6)
@@ -111,3 +119,58 @@ def test_each_epoch_visits_every_real_example_once(n, real, batch, epochs, seed)
     for e in range(epochs):
         visited = np.asarray(idx[e])[np.asarray(bmask[e])]
         np.testing.assert_array_equal(np.sort(visited), np.arange(real))
+
+
+FEDPER_RULES = {"private": r"^classifier/", "shared": r"^(embedding|encoder)/"}
+LG_RULES = {"private": r"^(embedding|encoder)/", "shared": r"^classifier/"}
+
+
+def test_private_leaves_stay_on_clients_persist_and_differ(scene, model):
+    alg = fedavg(model, 0.1)._replace(leaf_rules=FEDPER_RULES)
+    state, clients = _states(model, scene, alg)
+    assert "classifier" not in state.params  # the server never holds a private leaf
+    chex.assert_tree_shape_prefix(clients.private, (scene.num_clients,))
+    step = rnd.make_round_step(alg, batch_size=4, local_epochs=1)
+    data = rnd.client_data(scene.train, local_vocab=True)
+    new, new_clients, _ = step(state, clients, data, jax.random.key(4))
+    assert set(new.params) == {"embedding", "encoder"}
+    kernels = np.asarray(new_clients.private["classifier"]["output"]["kernel"])
+    assert not np.allclose(kernels[0], kernels[1])  # personalised
+    again, again_clients, _ = step(new, new_clients, data, jax.random.key(4))
+    # a client's private leaves continue from where it left them (not re-downloaded)
+    update = rnd.build_client_update(alg, batch_size=4, local_epochs=1)
+    from fedjax_sc.algorithms.masking import merge
+    k = 1
+    mine = jax.tree.map(lambda x: x[k], new_clients.private)
+    round_key = jax.random.fold_in(jax.random.key(4), 1)
+    full = rnd.client_data(scene.train)
+    expected, _ = update(merge(new.params, mine), full.tokens[k], full.labels[k], full.mask[k],
+                         jax.random.fold_in(round_key, k))
+    chex.assert_trees_all_close(jax.tree.map(lambda x: x[k], again_clients.private),
+                                {"classifier": expected["classifier"]}, atol=1e-5)
+
+
+def test_all_shared_rules_equal_fedavg(scene, model):
+    plain = fedavg(model, 0.1)
+    ruled = plain._replace(leaf_rules={"shared": r"."})
+    data = rnd.client_data(scene.train, local_vocab=True)
+    outs = []
+    for alg in (plain, ruled):
+        state, clients = _states(model, scene, alg)
+        outs.append(rnd.make_round_step(alg, batch_size=4, local_epochs=1)(
+            state, clients, data, jax.random.key(6))[0].params)
+    chex.assert_trees_all_close(outs[0], outs[1], atol=0)
+
+
+def test_private_embedding_table_with_local_vocabulary_equals_dense(scene, model):
+    alg = fedavg(model, 0.1)._replace(leaf_rules=LG_RULES)
+    results = []
+    for local in (False, True):
+        state, clients = _states(model, scene, alg)
+        step = rnd.make_round_step(alg, batch_size=4, local_epochs=1)
+        for _ in range(2):
+            state, clients, _ = step(state, clients, rnd.client_data(scene.train, local),
+                                     jax.random.key(7))
+        results.append((state.params, clients.private))
+    assert set(results[0][0]) == {"classifier"}
+    chex.assert_trees_all_close(results[0], results[1], atol=2e-6)
