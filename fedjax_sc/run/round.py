@@ -260,13 +260,6 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
     client_update = build_client_update(algorithm, batch_size=batch_size,
                                         local_epochs=local_epochs)
 
-    def split(params):  # -> (shared, private) by the algorithm's rules (static structure)
-        if algorithm.leaf_rules is None:
-            return params, {}
-        labels = masking.label_leaves(params, algorithm.leaf_rules)
-        return (masking.select(params, labels, masking.SHARED),
-                masking.select(params, labels, masking.PRIVATE))
-
     def round_step(state: ServerState, client_states: ClientStates, clients: ClientData,
                    rng: jax.Array):
         round_key = jax.random.fold_in(rng, state.round)
@@ -282,7 +275,7 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
                 table = get_leaf(params, embedding_path)
                 params = replace_leaf(params, embedding_path, table[ids])
             params, metrics = client_update(params, tokens, labels, mask, key)
-            shared, private = split(params)
+            shared, private = split_private(algorithm, params)
             if local_rows and not table_is_shared:  # a private table: write its rows back
                 rows = get_leaf(private, embedding_path)
                 safe_ids = jnp.where(vmask, ids, table.shape[0])  # padding entries: dropped
@@ -298,11 +291,10 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
         if table_is_shared:
             table = get_leaf(state.params, embedding_path)
             rows = get_leaf(shared, embedding_path)
-            rest = replace_leaf(shared, embedding_path,
-                                jnp.zeros((clients.num_clients, 1, 1), table.dtype))
-            new_params = replace_leaf(algorithm.aggregator(rest, weights), embedding_path,
-                                      weighted_mean_rows(table, clients.vocab_ids, rows,
-                                                         clients.vocab_mask, weights))
+            rest = _without_leaf(shared, embedding_path)  # the table is aggregated by rows
+            new_params = masking.merge(algorithm.aggregator(rest, weights), _single_leaf(
+                embedding_path, weighted_mean_rows(table, clients.vocab_ids, rows,
+                                                   clients.vocab_mask, weights)))
         else:
             new_params = algorithm.aggregator(shared, weights)
         return ServerState(new_params, state.round + 1), ClientStates(private), metrics
@@ -331,15 +323,33 @@ def init_states(algorithm: Algorithm, params: Params,
     Raises:
       ValueError: the algorithm's ``leaf_rules`` do not cover the params exactly once.
     """
-    if algorithm.leaf_rules is None:
-        shared, private = params, {}
-    else:
-        labels = masking.label_leaves(params, algorithm.leaf_rules)
-        shared = masking.select(params, labels, masking.SHARED)
-        private = masking.select(params, labels, masking.PRIVATE)
+    shared, private = split_private(algorithm, params)
     stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_clients,) + x.shape), private)
     return ServerState(shared, jnp.zeros((), jnp.int32)), ClientStates(stacked)
 
 
+def split_private(algorithm: Algorithm, params: Params) -> tuple[Params, Params]:
+    """``(shared, private)`` parts of ``params`` by ``algorithm.leaf_rules`` (None: all shared).
+
+    Raises:
+      ValueError: the rules do not cover the params exactly once.
+    """
+    if algorithm.leaf_rules is None:
+        return params, {}
+    labels = masking.label_leaves(params, algorithm.leaf_rules)
+    return (masking.select(params, labels, masking.SHARED),
+            masking.select(params, labels, masking.PRIVATE))
+
+
 def _has_leaf(params: Params, path: tuple[str, ...]) -> bool:
     return path in traverse_util.flatten_dict(params)
+
+
+def _without_leaf(params: Params, path: tuple[str, ...]) -> Params:
+    flat = traverse_util.flatten_dict(params)
+    del flat[path]
+    return traverse_util.unflatten_dict(flat)
+
+
+def _single_leaf(path: tuple[str, ...], value: jax.Array) -> Params:
+    return traverse_util.unflatten_dict({path: value})

@@ -2,8 +2,8 @@
 
 Writes into ``out``: ``config.json`` (the resolved configuration), ``vocab.json``,
 ``metrics.jsonl`` (one JSON object per round), ``checkpoints/`` (orbax, one per round, the last
-two kept; server params, round and the clients' private leaves), ``report.json`` and ``report.md`` (per-client Ag^k table). ``resume=True`` continues
-from the last checkpoint; because the round key is ``fold_in(seed key, round)``, a resumed run
+two kept; server params, round and the clients' private leaves), ``report.json`` and
+``report.md`` (per-client Ag^k table). ``resume=True`` continues from the last checkpoint; because the round key is ``fold_in(seed key, round)``, a resumed run
 ends with exactly the parameters of an uninterrupted one.
 """
 
