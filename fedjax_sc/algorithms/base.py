@@ -1,9 +1,15 @@
 """What an algorithm is: the pieces that plug into the one compiled federated round.
 
 An :class:`Algorithm` is a value, not a class hierarchy: a model, a client loss, a client
-optimizer and an aggregator. :func:`fedjax_sc.run.round.make_round_step` turns it into one
+optimizer, a private-leaf rule, a chain of upload transforms, an aggregator and a server update,
+plus the two prediction functions the metrics need (the global model for Ag, the personalised
+model for Ap). :func:`fedjax_sc.run.round.make_round_step` turns it into one
 ``jax.jit``-compiled function that runs every client's local epochs under ``vmap`` and the
-aggregation in the same program. Researchers build their own by replacing any field.
+upload, aggregation and server update in the same program. Researchers build their own by
+replacing any field (``fedavg(model)._replace(leaf_rules=...)``).
+
+Upload transforms follow optax's convention of a NamedTuple of pure functions and compose
+with :func:`chain` (mask -> PCA compression -> noise, Li et al. 2021, Alg. 1 lines 13-17).
 """
 
 from __future__ import annotations
@@ -35,27 +41,109 @@ class Batch(NamedTuple):
 
 
 ClientLoss = Callable[[Params, Batch, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
-"""``loss(params, batch, rng) -> (scalar loss, aux metrics)``; differentiated w.r.t. params."""
+"""``loss(params, batch, rng) -> (scalar loss, aux metrics)``; differentiated w.r.t. params.
+The aux dict must hold ``accuracy`` (float32 scalar, on the batch's real rows)."""
 
 Aggregator = Callable[[Params, jax.Array], Params]
 """``aggregate(stacked_params, weights) -> params``: stacked ``[num_clients, ...]`` leaves and
 float32 ``[num_clients]`` weights summing to 1 (paper Sec. 3.3: N^k / N)."""
+
+Predict = Callable[[Params, jax.Array], dict[str, jax.Array]]
+"""``predict(params, tokens) -> {mode: probabilities}``: float32 ``[batch, C]`` class
+probabilities of a client's personalised model (shared + private leaves) for int32
+``[batch, len]`` tokens, one entry per inference mode (Li et al. 2021, Table 6: ``s``, ``p``,
+``sp``; single-branch models have the one mode ``full``)."""
+
+GlobalPredict = Callable[[Params, jax.Array], jax.Array]
+"""``global_predict(shared_params, tokens) -> probabilities [batch, C]``: the global model
+built from the server's shared leaves alone (Ag, Eq. 14)."""
+
+
+class UploadTransform(NamedTuple):
+    """A transform of what a client uploads, as a pair of pure functions (optax style).
+
+    ``init(params) -> state`` builds the transform's state from the shared params (kept in the
+    server state, the same for every client); ``encode(params, state, rng) -> message`` runs
+    on the client on its trained shared leaves; ``decode(message, state) -> params`` runs on
+    the server on each client's message before aggregation. The message is what crosses the
+    network; it never holds a private leaf.
+    """
+
+    init: Callable[[Params], Any]
+    encode: Callable[[Params, Any, jax.Array], Any]
+    decode: Callable[[Any, Any], Params]
+
+
+def identity_upload() -> UploadTransform:
+    """The upload transform that sends the shared leaves as they are (FedAvg, KTEPS)."""
+
+    def init(params):
+        del params
+        return ()
+
+    def encode(params, state, rng):
+        del state, rng
+        return params
+
+    def decode(message, state):
+        del state
+        return message
+
+    return UploadTransform(init, encode, decode)
+
+
+def chain(*transforms: UploadTransform) -> UploadTransform:
+    """Composes upload transforms: encodes with ``transforms`` in order, decodes in reverse.
+
+    Transform i+1 sees transform i's message. The state is the tuple of the parts' states
+    (part i+1's ``init`` gets part i's message of the initial params); transform i encodes
+    with ``fold_in(rng, i)``, so no two parts share a key.
+    """
+
+    def init(params):
+        states = []
+        for t in transforms:
+            states.append(t.init(params))
+            params = t.encode(params, states[-1], jax.random.key(0))
+        return tuple(states)
+
+    def encode(params, state, rng):
+        for i, (t, s) in enumerate(zip(transforms, state)):
+            params = t.encode(params, s, jax.random.fold_in(rng, i))
+        return params
+
+    def decode(message, state):
+        for t, s in reversed(list(zip(transforms, state))):
+            message = t.decode(message, s)
+        return message
+
+    return UploadTransform(init, encode, decode)
 
 
 class Algorithm(NamedTuple):
     """A federated algorithm as plug-in pieces of the compiled round.
 
     Attributes:
-      name: identifier used in configs, metrics and the CLI (``fedavg``, ...).
-      model: the Flax module; its ``apply`` gives logits ``[batch, C]``.
+      name: identifier used in configs, metrics and the CLI (``fedavg``, ``kteps``, ...).
+      model: the Flax module trained by the clients.
       client_loss: the local objective (see :data:`ClientLoss`).
       client_optimizer: an optax transformation; its state is created fresh at the start of
         every round for every client (paper Sec. 5.2).
-      aggregator: how the server reduces the clients' uploads (see :data:`Aggregator`).
+      aggregator: how the server reduces the clients' decoded uploads (:data:`Aggregator`).
+      predict: the personalised model's class probabilities per inference mode
+        (:data:`Predict`); used for the personalised accuracy and Ap (Eq. 16).
+      global_predict: the global model's class probabilities from the server's shared leaves
+        (:data:`GlobalPredict`), or ``None`` when the shared leaves do not form a complete
+        model (FedPer, LG-FedAvg): Ag is then reported as not applicable.
+      default_mode: the key of ``predict``'s output that Ap uses (KTEPS: ``sp``, Remark 4).
       leaf_rules: ``None`` (every leaf shared, as FedAvg) or ``{"private": regexes,
         "shared": regexes}`` over parameter paths (:func:`fedjax_sc.algorithms.masking.
         label_leaves`; every leaf must match exactly one rule). Private leaves stay on their
         client across rounds and are never uploaded.
+      upload: transform of the shared leaves a client uploads (default: sent as they are).
+      server_optimizer: ``None`` (the new global model is the aggregate) or an optax
+        transformation applied to the pseudo-gradient ``params - aggregate`` (FedOpt, Reddi et
+        al. 2021; ``optax.sgd(1.0)`` reproduces ``None`` up to rounding).
     """
 
     name: str
@@ -63,4 +151,9 @@ class Algorithm(NamedTuple):
     client_loss: ClientLoss
     client_optimizer: optax.GradientTransformation
     aggregator: Aggregator
+    predict: Predict
+    global_predict: GlobalPredict | None
+    default_mode: str = "full"
     leaf_rules: Mapping[str, str | Sequence[str]] | None = None
+    upload: UploadTransform = identity_upload()
+    server_optimizer: optax.GradientTransformation | None = None

@@ -4,40 +4,49 @@ Every client downloads the global model, trains it on its own reviews with SGD +
 few local epochs (cross-entropy, Eq. 5), and the server takes the weighted mean of the clients'
 parameters with weights N^k / N. Paper settings (Sec. 5.2): momentum 0.9, LR 0.01 (FDU) or 0.1
 (IYY), batch 8 (FDU) or 64 (IYY), 2 local epochs, 50 (FDU) or 20 (IYY) rounds.
+
+With a FURL user vector in the model (``TextClassifier(furl_dim=...)``; Bui et al. 2019) that
+vector is the one private leaf; everything else is aggregated.
 """
 
 from __future__ import annotations
 
 import flax.linen as nn
-import optax
 
+from fedjax_sc.algorithms import predict
 from fedjax_sc.algorithms.aggregate import weighted_mean
 from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.losses import cross_entropy
+from fedjax_sc.algorithms.optimizers import client_sgd
+
+FURL_RULES = {"private": r"^user/", "shared": r"^(embedding|encoder|classifier)/"}
 
 
-def fedavg(model: nn.Module, learning_rate: float = 0.01, momentum: float = 0.9) -> Algorithm:
+def fedavg(model: nn.Module, learning_rate: float = 0.01, momentum: float = 0.9,
+           embedding_learning_rate: float | None = None) -> Algorithm:
     """Builds FedAvg.
 
     Args:
-      model: the classifier (e.g. :class:`fedjax_sc.models.text_classifier.TextClassifier`).
-      learning_rate: client SGD step size (paper: 0.01 for FDU).
+      model: the classifier (:class:`fedjax_sc.models.text_classifier.TextClassifier`).
+      learning_rate: client SGD step size (paper: 0.01 FDU, 0.1 IYY).
       momentum: client SGD momentum (paper: 0.9); its buffer is fresh every round.
+      embedding_learning_rate: optional separate step size of the word embeddings (paper's
+        IYY setting: 0.01).
 
     Returns:
-      The :class:`Algorithm`.
+      The :class:`Algorithm` (no private leaves unless the model has a FURL user vector).
 
     Raises:
       ValueError: on a negative learning rate or a momentum outside [0, 1).
     """
-    if learning_rate < 0:
-        raise ValueError(f"learning_rate must be >= 0, got {learning_rate}")
-    if not 0.0 <= momentum < 1.0:
-        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+    predict_fn, global_fn = predict.single_branch(model)
     return Algorithm(
         name="fedavg",
         model=model,
         client_loss=cross_entropy(model),
-        client_optimizer=optax.sgd(learning_rate, momentum=momentum or None),
+        client_optimizer=client_sgd(learning_rate, momentum, embedding_learning_rate),
         aggregator=weighted_mean,
+        predict=predict_fn,
+        global_predict=global_fn,
+        leaf_rules=FURL_RULES if getattr(model, "furl_dim", 0) else None,
     )

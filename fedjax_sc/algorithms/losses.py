@@ -37,3 +37,87 @@ def cross_entropy(model: nn.Module) -> ClientLoss:
         return masked_mean(per_example, batch.mask), {"accuracy": masked_mean(correct, batch.mask)}
 
     return loss
+
+
+def _pairwise_sq_distances(x: jax.Array) -> jax.Array:
+    """``[B, f] -> [B, B]`` squared Euclidean distances (exact differences, never negative)."""
+    diff = x[:, None, :] - x[None, :, :]
+    return jnp.sum(diff * diff, axis=-1)
+
+
+def median_bandwidth(x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """The median heuristic: sigma = median Euclidean distance between distinct real rows.
+
+    Computed without gradient (``stop_gradient``), as the kernel's scale is a setting, not a
+    parameter. Falls back to 1.0 when fewer than two real rows exist or all rows coincide.
+
+    Args:
+      x: float ``[B, f]``.
+      mask: optional bool ``[B]``, True on real rows.
+
+    Returns:
+      float32 scalar sigma.
+    """
+    x = jax.lax.stop_gradient(x)
+    b = x.shape[0]
+    mask = jnp.ones((b,), bool) if mask is None else mask
+    valid = mask[:, None] & mask[None, :] & ~jnp.eye(b, dtype=bool)
+    dist = jnp.sqrt(_pairwise_sq_distances(x))
+    sigma = jnp.nanmedian(jnp.where(valid, dist, jnp.nan))
+    return jnp.where(jnp.isfinite(sigma) & (sigma > 0), sigma, 1.0).astype(jnp.float32)
+
+
+def gaussian_gram(x: jax.Array, bandwidth: jax.Array | float) -> jax.Array:
+    """Gram matrix ``L_ij = exp(-||x_i - x_j||^2 / (2 sigma^2))``: float ``[B, B]``."""
+    return jnp.exp(-_pairwise_sq_distances(x) / (2.0 * jnp.square(bandwidth)))
+
+
+def hsic(x: jax.Array, y: jax.Array, mask: jax.Array | None = None,
+         bandwidth: float | None = None) -> jax.Array:
+    """Empirical HSIC with Gaussian kernels (Li et al. 2021, Eq. 7; Gretton et al. 2005).
+
+    ``HSIC = (n - 1)^-2 Tr(L_x H L_y H)`` with ``H = I - 11^T / n`` over the n real rows. It
+    is >= 0 (a trace of a product of two PSD matrices), near 0 when x and y are independent.
+
+    The paper uses "gaussian kernel function" without a bandwidth. Default: the median
+    heuristic (:func:`median_bandwidth`), computed per batch and per argument without gradient;
+    pass ``bandwidth`` to fix sigma instead.
+
+    Args:
+      x: float ``[B, f]`` (KTEPS: the projected shared features o_s, Eq. 6).
+      y: float ``[B, g]`` (the projected private features o_p).
+      mask: optional bool ``[B]``; rows where it is False are left out entirely.
+      bandwidth: optional Gaussian kernel sigma (> 0) for both arguments.
+
+    Returns:
+      float32 scalar (0 when fewer than two rows are real).
+    """
+    b = x.shape[0]
+    m = (jnp.ones((b,), bool) if mask is None else mask).astype(jnp.float32)
+    n = jnp.sum(m)
+    sx = median_bandwidth(x, m > 0) if bandwidth is None else bandwidth
+    sy = median_bandwidth(y, m > 0) if bandwidth is None else bandwidth
+    h = jnp.diag(m) - jnp.outer(m, m) / jnp.maximum(n, 1.0)  # centring over real rows only
+    kx = h @ gaussian_gram(x, sx) @ h
+    ky = gaussian_gram(y, sy)
+    value = jnp.sum(kx * ky) / jnp.square(jnp.maximum(n - 1.0, 1.0))  # Tr(H Lx H Ly)
+    return jnp.where(n >= 2, value, 0.0)
+
+
+def knowledge_transfer(private_logits: jax.Array, shared_logits: jax.Array,
+                       temperature: float = 0.25) -> jax.Array:
+    """The knowledge-transfer loss exactly as Li et al. 2021, Eq. 8 prints it.
+
+    ``L_kt = -sum_c Softmax_1(g_p)_c log Softmax_T(g_s)_c``, the gradient stopped through
+    g_s (the shared branch is the teacher and gets no gradient from this term).
+
+    Args:
+      private_logits: g_p float ``[batch, C]``.
+      shared_logits: g_s float ``[batch, C]``.
+      temperature: T (paper: 0.25).
+
+    Returns:
+      float ``[batch]`` per-example losses.
+    """
+    teacher = jax.nn.log_softmax(jax.lax.stop_gradient(shared_logits) / temperature, axis=-1)
+    return -jnp.sum(jax.nn.softmax(private_logits, axis=-1) * teacher, axis=-1)

@@ -12,6 +12,8 @@ The module is a plain Flax (linen) module used through ``init`` / ``apply`` on a
 
 The three top-level names are the paper's three components (word embedding, encoder,
 classifier); the private/shared rules of the personalised algorithms are regexes over these paths.
+With ``furl_dim > 0`` a fourth, ``"user": {"vector": [furl_dim]}``, is FURL's private user
+embedding (Bui et al. 2019), concatenated to the pooled text feature before the classifier.
 """
 
 from __future__ import annotations
@@ -149,6 +151,42 @@ class MLP(nn.Module):
         return nn.Dense(self.num_classes, name="output")(x)
 
 
+class UserVector(nn.Module):
+    """FURL's private per-client user embedding (Bui et al. 2019, Sec. 3): one trainable vector.
+
+    It starts at zeros (FURL's "default value" for a client seen for the first time) and is
+    kept private by the personalised leaf rules (path ``user/vector``). The global model, which
+    has no user, uses the zero vector.
+
+    Attributes:
+      dim: size of the vector.
+    """
+
+    dim: int
+
+    @nn.compact
+    def __call__(self) -> jax.Array:
+        """The float32 ``[dim]`` vector."""
+        return self.param("vector", nn.initializers.zeros_init(), (self.dim,), jnp.float32)
+
+
+def with_user(features: jax.Array, user: UserVector | None, personal: bool) -> jax.Array:
+    """Concatenates FURL's user vector (zeros for the global model) to pooled features.
+
+    Args:
+      features: float ``[batch, f]``.
+      user: the module, or None when FURL is off (``features`` returned unchanged).
+      personal: True to use the client's trained vector, False for the zero vector.
+
+    Returns:
+      float ``[batch, f + furl_dim]``.
+    """
+    if user is None:
+        return features
+    u = user() if personal else jnp.zeros((user.dim,), features.dtype)
+    return jnp.concatenate([features, jnp.broadcast_to(u, features.shape[:-1] + u.shape)], -1)
+
+
 class TextClassifier(nn.Module):
     """Embedding-BiGRU-SeqMean-MLP (paper Fig. 2 left, Eq. 1-4).
 
@@ -158,6 +196,7 @@ class TextClassifier(nn.Module):
       hidden: BiGRU hidden size per direction s (paper: 64).
       mlp_hidden: classifier hidden width (not given by the paper; default 128).
       num_classes: C (FDU: 2, IYY: 5).
+      furl_dim: size of FURL's private user vector (0: none).
     """
 
     vocab_size: int
@@ -165,11 +204,13 @@ class TextClassifier(nn.Module):
     hidden: int = 64
     mlp_hidden: int = 128
     num_classes: int = 2
+    furl_dim: int = 0
 
     def setup(self):
         self.embedding = Embedding(self.vocab_size, self.embed_dim)
         self.encoder = BiGRU(self.hidden)
         self.classifier = MLP(self.mlp_hidden, self.num_classes)
+        self.user = UserVector(self.furl_dim) if self.furl_dim else None
 
     def features(self, tokens: jax.Array) -> jax.Array:
         """Pooled text feature o (Eq. 1-3).
@@ -187,19 +228,26 @@ class TextClassifier(nn.Module):
         return seq_mean(states, mask)
 
     def __call__(self, tokens: jax.Array) -> jax.Array:
-        """Logits g (Eq. 4): float32 ``[batch, num_classes]``."""
-        return self.classifier(self.features(tokens))
+        """Logits g (Eq. 4) of a client's model: float32 ``[batch, num_classes]``."""
+        return self.classifier(with_user(self.features(tokens), self.user, personal=True))
+
+    def global_logits(self, tokens: jax.Array) -> jax.Array:
+        """Logits of the global model (FURL's user vector replaced by zeros; without FURL the
+        same as ``__call__``): float32 ``[batch, num_classes]``."""
+        return self.classifier(with_user(self.features(tokens), self.user, personal=False))
 
 
-def init_params(model: TextClassifier, rng: jax.Array,
+def init_params(model: nn.Module, rng: jax.Array,
                 embedding_matrix: np.ndarray | None = None) -> Params:
     """Initialises the params pytree, optionally with a pretrained embedding table.
 
     Args:
-      model: the module.
+      model: :class:`TextClassifier` or any of the library's models with ``vocab_size`` and
+        ``embed_dim`` attributes (e.g. ``private_shared.PrivateSharedClassifier``).
       rng: PRNG key.
       embedding_matrix: optional float ``[vocab_size, embed_dim]`` (e.g. GloVe rows from
-        :mod:`fedjax_sc.data.embeddings`).
+        :mod:`fedjax_sc.data.embeddings`); it initialises every word-embedding table of the
+        model (``embedding`` and, if present, ``private_embedding``).
 
     Returns:
       The ``params`` collection (a nested dict of float32 arrays).
@@ -214,5 +262,12 @@ def init_params(model: TextClassifier, rng: jax.Array,
             raise ValueError(f"embedding_matrix has shape {embedding_matrix.shape}, "
                              f"model expects {expected}")
         params = dict(params)
-        params["embedding"] = {"embedding": jnp.asarray(embedding_matrix, jnp.float32)}
+        for name in TABLE_MODULES:
+            if name in params:
+                params[name] = {"embedding": jnp.asarray(embedding_matrix, jnp.float32)}
     return params
+
+
+TABLE_MODULES = ("embedding", "private_embedding")
+"""Top-level names of the word-embedding modules; each holds its ``[V, d]`` table at
+``<name>/embedding``."""

@@ -10,11 +10,14 @@ metrics)``:
    reshuffled each epoch, optimizer state fresh -- all clients at once under ``jax.vmap``,
    the steps of one client as a ``lax.scan``; a client with fewer batches than the largest one
    runs masked no-op steps that leave its params and optimizer state untouched;
-3. each client keeps its private leaves (the new ``client_states``) and uploads the shared
-   ones; the server aggregates those with weights N^k / N.
+3. each client keeps its private leaves (the new ``client_states``) and encodes its shared
+   ones with the algorithm's upload transform; the server decodes every message, aggregates
+   them with weights N^k / N and applies its server update (the aggregate itself, or an optax
+   step on the pseudo-gradient ``params - aggregate``).
 
-Randomness: the round's key is ``fold_in(rng, server_state.round)`` and client k's key is
-``fold_in(round_key, k)``, so a run resumed from a checkpoint replays exactly the same rounds.
+Randomness: the round's key is ``fold_in(rng, server_state.round)``, client k's training key
+is ``fold_in(round_key, k)`` and its upload key ``fold_in(fold_in(round_key, UPLOAD_STREAM), k)``,
+so a run resumed from a checkpoint replays exactly the same rounds.
 
 Local-vocabulary training is exact, not an approximation: a word that does not occur in a
 client's training data gets a zero gradient at every step, its optimizer state (fresh each
@@ -39,9 +42,14 @@ from flax import traverse_util
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.aggregate import example_weights, weighted_mean_rows
 from fedjax_sc.algorithms.base import Algorithm, Batch, Params
+from fedjax_sc.models.text_classifier import TABLE_MODULES
 
-EMBEDDING_PATH = ("embedding", "embedding")
-"""Path of the ``[V, d]`` word-embedding table in the params of the library's models."""
+TABLE_PATHS = tuple((name, "embedding") for name in TABLE_MODULES)
+"""Paths of every word-embedding table the library's models may hold (the shared one and the
+private one of arch C / PFL-DA); local-vocabulary training applies to each that is present."""
+
+UPLOAD_STREAM = 2**31 - 1
+"""``fold_in`` constant separating the upload keys from the clients' training keys."""
 
 
 class ServerState(NamedTuple):
@@ -50,10 +58,14 @@ class ServerState(NamedTuple):
     Attributes:
       params: the shared leaves of the model (all leaves for FedAvg): the global model.
       round: int32 scalar, the number of rounds completed.
+      opt_state: the server optimizer's state (``()`` without a server optimizer).
+      upload_state: the upload transform's state (``()`` for the identity upload).
     """
 
     params: Params
     round: jax.Array
+    opt_state: Any = ()
+    upload_state: Any = ()
 
 
 class ClientStates(NamedTuple):
@@ -128,12 +140,15 @@ class RoundMetrics(NamedTuple):
       train_accuracy: float32 mean training-batch accuracy over its real local steps.
       steps: int32 number of real (unmasked) local steps.
       finite: bool, False if the client's loss or params turned NaN/inf.
+      aux: float32 ``{name: [num_clients]}``, every entry of the client loss's aux dict
+        averaged over the client's real local steps (KTEPS: ``kt``, ``div``, ...).
     """
 
     train_loss: jax.Array
     train_accuracy: jax.Array
     steps: jax.Array
     finite: jax.Array
+    aux: dict[str, jax.Array] = {}
 
 
 def replace_leaf(params: Params, path: tuple[str, ...], value: jax.Array) -> Params:
@@ -151,6 +166,15 @@ def get_leaf(params: Params, path: tuple[str, ...]) -> jax.Array:
     for name in path:
         params = params[name]
     return params
+
+
+def epoch_order(key: jax.Array, mask: jax.Array) -> jax.Array:
+    """A random order of one client's examples for one epoch: int32 ``[max_examples]``, the
+    real ones (``mask`` True) first. Example i's place depends only on ``key`` and i, not on
+    the amount of padding."""
+    noise = jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(key, i)))(
+        jnp.arange(mask.shape[0]))
+    return jnp.argsort(jnp.where(mask, noise, 2.0)).astype(jnp.int32)
 
 
 def epoch_schedule(key: jax.Array, mask: jax.Array, batch_size: int,
@@ -176,12 +200,9 @@ def epoch_schedule(key: jax.Array, mask: jax.Array, batch_size: int,
     steps = math.ceil(n / batch_size)
     pad = steps * batch_size - n
     count = jnp.sum(mask)
-    example = jnp.arange(n)
 
     def one_epoch(k):
-        noise = jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(k, i)))(example)
-        order = jnp.argsort(jnp.where(mask, noise, 2.0)).astype(jnp.int32)  # real ones first
-        order = jnp.concatenate([order, jnp.zeros((pad,), jnp.int32)])
+        order = jnp.concatenate([epoch_order(k, mask), jnp.zeros((pad,), jnp.int32)])
         real = jnp.arange(steps * batch_size) < count
         return order.reshape(steps, batch_size), real.reshape(steps, batch_size)
 
@@ -218,33 +239,34 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
             keep = lambda new, old: jnp.where(real, new, old)  # padded step: a no-op
             carry = (jax.tree.map(keep, new_params, params),
                      jax.tree.map(keep, new_opt_state, opt_state))
-            return carry, (jnp.where(real, loss, 0.0), jnp.where(real, aux["accuracy"], 0.0),
-                           real)
+            return carry, (jnp.where(real, loss, 0.0),
+                           jax.tree.map(lambda a: jnp.where(real, a, 0.0), aux), real)
 
-        (params, _), (losses, accs, real) = jax.lax.scan(
+        (params, _), (losses, aux, real) = jax.lax.scan(
             step, (params, opt.init(params)), (flat(idx), flat(batch_mask), flat(e), flat(j)))
         n = jnp.sum(real)
         finite = jnp.all(jnp.isfinite(losses)) & jnp.all(jnp.asarray(
             [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)]))
         denom = jnp.maximum(n, 1).astype(jnp.float32)
-        return params, RoundMetrics(jnp.sum(losses) / denom, jnp.sum(accs) / denom,
-                                    n.astype(jnp.int32), finite)
+        aux = {k: jnp.sum(v) / denom for k, v in aux.items()}
+        return params, RoundMetrics(jnp.sum(losses) / denom, aux["accuracy"],
+                                    n.astype(jnp.int32), finite, aux)
 
     return client_update
 
 
 def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
-                embedding_path: tuple[str, ...] = EMBEDDING_PATH
-                ) -> Callable[[ServerState, ClientData, jax.Array],
-                              tuple[ServerState, RoundMetrics]]:
+                table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS
+                ) -> Callable[[ServerState, ClientStates, ClientData, jax.Array],
+                              tuple[ServerState, ClientStates, RoundMetrics]]:
     """The un-jitted round function (jit it, or use :func:`make_round_step`).
 
     Args:
       algorithm: the :class:`~fedjax_sc.algorithms.base.Algorithm`.
       batch_size: local mini-batch size B (paper: 8 for FDU).
       local_epochs: local epochs E per round (paper: 2).
-      embedding_path: params path of the word-embedding table, used when the clients train
-        their local vocabulary rows only (``ClientData.vocab_ids`` set).
+      table_paths: params paths of the word-embedding tables; those present are trained on
+        the clients' local-vocabulary rows only when ``ClientData.vocab_ids`` is set.
 
     Returns:
       ``round_step(server_state, client_states, clients, rng) -> (server_state,
@@ -259,51 +281,77 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
                          f"{local_epochs}")
     client_update = build_client_update(algorithm, batch_size=batch_size,
                                         local_epochs=local_epochs)
+    upload = algorithm.upload
 
     def round_step(state: ServerState, client_states: ClientStates, clients: ClientData,
                    rng: jax.Array):
         round_key = jax.random.fold_in(rng, state.round)
-        keys = jax.vmap(lambda k: jax.random.fold_in(round_key, k))(
-            jnp.arange(clients.num_clients))
+        clients_idx = jnp.arange(clients.num_clients)
+        keys = jax.vmap(lambda k: jax.random.fold_in(round_key, k))(clients_idx)
+        upload_key = jax.random.fold_in(round_key, UPLOAD_STREAM)
+        upload_keys = jax.vmap(lambda k: jax.random.fold_in(upload_key, k))(clients_idx)
         weights = example_weights(clients.counts)
         local_rows = clients.vocab_ids is not None
-        table_is_shared = local_rows and _has_leaf(state.params, embedding_path)
+        shared_tables = [p for p in table_paths if local_rows and _has_leaf(state.params, p)]
+        private_tables = [p for p in table_paths
+                          if local_rows and _has_leaf(client_states.private, p)]
 
-        def one_client(private, ids, vmask, tokens, labels, mask, key):
+        def one_client(private, ids, vmask, tokens, labels, mask, key, up_key):
             params = masking.merge(state.params, private)
-            if local_rows:  # work on the rows of V^k only (exact, see the module docstring)
-                table = get_leaf(params, embedding_path)
-                params = replace_leaf(params, embedding_path, table[ids])
+            # work on the rows of V^k only (exact, see the module docstring)
+            params = gather_rows(params, ids, shared_tables + private_tables)
             params, metrics = client_update(params, tokens, labels, mask, key)
-            shared, private = split_private(algorithm, params)
-            if local_rows and not table_is_shared:  # a private table: write its rows back
-                rows = get_leaf(private, embedding_path)
-                safe_ids = jnp.where(vmask, ids, table.shape[0])  # padding entries: dropped
-                private = replace_leaf(private, embedding_path,
-                                       table.at[safe_ids].set(rows, mode="drop"))
-            return shared, private, metrics
+            shared, new_private = split_private(algorithm, params)
+            new_private = scatter_rows(new_private, private, ids, vmask, private_tables)
+            return upload.encode(shared, state.upload_state, up_key), new_private, metrics
 
         vocab_ids, vocab_mask = ((clients.vocab_ids, clients.vocab_mask) if local_rows else
                                  (jnp.zeros((clients.num_clients, 1), jnp.int32),) * 2)
-        shared, private, metrics = jax.vmap(one_client)(
+        messages, private, metrics = jax.vmap(one_client)(
             client_states.private, vocab_ids, vocab_mask, clients.tokens, clients.labels,
-            clients.mask, keys)
-        if table_is_shared:
-            table = get_leaf(state.params, embedding_path)
-            rows = get_leaf(shared, embedding_path)
-            rest = _without_leaf(shared, embedding_path)  # the table is aggregated by rows
-            new_params = masking.merge(algorithm.aggregator(rest, weights), _single_leaf(
-                embedding_path, weighted_mean_rows(table, clients.vocab_ids, rows,
-                                                   clients.vocab_mask, weights)))
-        else:
-            new_params = algorithm.aggregator(shared, weights)
-        return ServerState(new_params, state.round + 1), ClientStates(private), metrics
+            clients.mask, keys, upload_keys)
+        uploads = jax.vmap(lambda m: upload.decode(m, state.upload_state))(messages)
+        flat = traverse_util.flatten_dict(uploads)
+        tables = {p: flat.pop(p) for p in shared_tables}  # tables are aggregated by rows
+        aggregate = algorithm.aggregator(traverse_util.unflatten_dict(flat), weights)
+        aggregate = masking.merge(aggregate, traverse_util.unflatten_dict({
+            p: weighted_mean_rows(get_leaf(state.params, p), clients.vocab_ids, rows,
+                                  clients.vocab_mask, weights) for p, rows in tables.items()}))
+        params, opt_state = aggregate, state.opt_state
+        if algorithm.server_optimizer is not None:  # FedOpt: a step on params - aggregate
+            pseudo_grad = jax.tree.map(jnp.subtract, state.params, aggregate)
+            updates, opt_state = algorithm.server_optimizer.update(pseudo_grad, opt_state,
+                                                                   state.params)
+            params = optax.apply_updates(state.params, updates)
+        return (ServerState(params, state.round + 1, opt_state, state.upload_state),
+                ClientStates(private), metrics)
 
     return round_step
 
 
+def gather_rows(params: Params, ids: jax.Array, paths) -> Params:
+    """Replaces each ``[V, d]`` table at ``paths`` by its rows ``ids`` (int32 ``[R]``): the
+    client's local-vocabulary view (paper Remark 3)."""
+    for p in paths:
+        params = replace_leaf(params, p, get_leaf(params, p)[ids])
+    return params
+
+
+def scatter_rows(params: Params, reference: Params, ids: jax.Array, vmask: jax.Array,
+                 paths) -> Params:
+    """Inverse of :func:`gather_rows`: writes the ``[R, d]`` rows at ``paths`` of ``params``
+    into the full tables of ``reference`` (padding entries, ``vmask`` False, are dropped)."""
+    for p in paths:
+        table = get_leaf(reference, p)
+        safe_ids = jnp.where(vmask, ids, table.shape[0])  # out of range: dropped
+        params = replace_leaf(params, p, table.at[safe_ids].set(get_leaf(params, p),
+                                                                mode="drop"))
+    return params
+
+
 def make_round_step(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
-                    embedding_path: tuple[str, ...] = EMBEDDING_PATH, donate: bool = False):
+                    table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS,
+                    donate: bool = False):
     """``jax.jit`` of :func:`build_round`: the whole round is one compiled program.
 
     It compiles once per run (the shapes of the states and client data are fixed);
@@ -311,21 +359,25 @@ def make_round_step(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
     not use the old states afterwards).
     """
     fn = build_round(algorithm, batch_size=batch_size, local_epochs=local_epochs,
-                     embedding_path=embedding_path)
+                     table_paths=table_paths)
     return jax.jit(fn, donate_argnums=(0, 1) if donate else ())
 
 
 def init_states(algorithm: Algorithm, params: Params,
                 num_clients: int) -> tuple[ServerState, ClientStates]:
-    """Round-0 states: the shared leaves go to the server, every client starts its private
-    leaves from the same initial values.
+    """Round-0 states: the shared leaves go to the server (with the server optimizer's and the
+    upload transform's initial states), every client starts its private leaves from the same
+    initial values.
 
     Raises:
       ValueError: the algorithm's ``leaf_rules`` do not cover the params exactly once.
     """
     shared, private = split_private(algorithm, params)
     stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_clients,) + x.shape), private)
-    return ServerState(shared, jnp.zeros((), jnp.int32)), ClientStates(stacked)
+    opt_state = (() if algorithm.server_optimizer is None
+                 else algorithm.server_optimizer.init(shared))
+    return (ServerState(shared, jnp.zeros((), jnp.int32), opt_state,
+                        algorithm.upload.init(shared)), ClientStates(stacked))
 
 
 def split_private(algorithm: Algorithm, params: Params) -> tuple[Params, Params]:
@@ -343,13 +395,3 @@ def split_private(algorithm: Algorithm, params: Params) -> tuple[Params, Params]
 
 def _has_leaf(params: Params, path: tuple[str, ...]) -> bool:
     return path in traverse_util.flatten_dict(params)
-
-
-def _without_leaf(params: Params, path: tuple[str, ...]) -> Params:
-    flat = traverse_util.flatten_dict(params)
-    del flat[path]
-    return traverse_util.unflatten_dict(flat)
-
-
-def _single_leaf(path: tuple[str, ...], value: jax.Array) -> Params:
-    return traverse_util.unflatten_dict({path: value})

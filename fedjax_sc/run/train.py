@@ -1,10 +1,13 @@
 """The training loop: scene -> compiled rounds -> Ag per round -> checkpoints and a final report.
 
 Writes into ``out``: ``config.json`` (the resolved configuration), ``vocab.json``,
-``metrics.jsonl`` (one JSON object per round), ``checkpoints/`` (orbax, one per round, the last
-two kept; server params, round and the clients' private leaves), ``report.json`` and
-``report.md`` (per-client Ag^k table). ``resume=True`` continues from the last checkpoint; because the round key is ``fold_in(seed key, round)``, a resumed run
-ends with exactly the parameters of an uninterrupted one.
+``metrics.jsonl`` (one JSON object per round with ``"phase": "round"``, then one per Ap
+evaluation with ``"phase": "ap"``: the Ap_t curve), ``checkpoints/`` (orbax, one per round, the
+last two kept; server params and states, round and the clients' private leaves),
+``report.json`` and ``report.md`` (per-client Ag^k and Ap^k table). ``resume=True`` continues
+from the last checkpoint; because the round key is ``fold_in(seed key, round)``, a resumed run
+ends with exactly the parameters of an uninterrupted one. Resuming a finished run (``rounds``
+equal to the checkpoint's round) only redoes the evaluation and the Ap phase.
 """
 
 from __future__ import annotations
@@ -22,15 +25,15 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.data import scenes
 from fedjax_sc.data.corpus import FDU_DOMAINS
-from fedjax_sc.models.text_classifier import TextClassifier, init_params
-from fedjax_sc.run import configs
-from fedjax_sc.run.evaluate import make_evaluate
+from fedjax_sc.models.text_classifier import init_params
+from fedjax_sc.run import configs, personalize
+from fedjax_sc.run.evaluate import make_evaluate, make_personal_evaluate
+from fedjax_sc.run.registry import ALGORITHMS, build_algorithm
 from fedjax_sc.run.round import ClientStates, ServerState, build_round, client_data, init_states
 
-ALGORITHMS = {"fedavg": fedavg}
 SCENES = ("synthetic", "fdu", "iyy")
 EMBEDDINGS = tuple(configs.EMBED_DIM)
 
@@ -52,6 +55,19 @@ class TrainConfig:
       batch_size: local batch size (paper: 8 FDU, 64 IYY).
       lr: client learning rate (paper: 0.01 FDU, 0.1 IYY).
       momentum: client SGD momentum (paper: 0.9).
+      embedding_lr: optional separate learning rate of the word embeddings (paper's IYY
+        setting: 0.01 with lr 0.1).
+      lambda_kt: KTEPS lambda1, knowledge-transfer weight (Eq. 9; paper 0.01).
+      lambda_div: KTEPS lambda2, HSIC diversity weight (Eq. 9; paper 0.01; arch_* use 0).
+      temperature: KTEPS T of Eq. 8 (paper 0.25).
+      bandwidth: HSIC Gaussian kernel sigma; None = median heuristic per batch.
+      furl_dim: size of FURL's private user vector (0: none).
+      ap: run the personalisation phase (Ap, Eq. 16) after the last round.
+      ap_evals: n_Z, evaluations during fine-tuning (paper Fig. 4: 25).
+      ap_steps: z, fine-tuning steps between evaluations (not given by the paper; 10).
+      ap_lr_mult: mu, fine-tuning LR = mu * lr (paper Table 5: 0.01).
+      ap_mode: inference mode of Ap (s / p / sp for two-branch models; default: the
+        algorithm's, sp for KTEPS, Remark 4). Every mode's curve is recorded.
       seed: root seed (model init, shuffling, synthetic data).
       embeddings: ``random`` (N(0, 1), as PyTorch's default) or ``glove-6b-50d``.
       embed_dim: d; default 200 (random) or 50 (GloVe 6B 50d).
@@ -76,6 +92,17 @@ class TrainConfig:
     batch_size: int | None = None
     lr: float | None = None
     momentum: float = 0.9
+    embedding_lr: float | None = None
+    lambda_kt: float = 0.01
+    lambda_div: float = 0.01
+    temperature: float = 0.25
+    bandwidth: float | None = None
+    furl_dim: int = 0
+    ap: bool = True
+    ap_evals: int = personalize.DEFAULT_NUM_EVALS
+    ap_steps: int = personalize.DEFAULT_STEPS_PER_EVAL
+    ap_lr_mult: float = personalize.DEFAULT_LR_MULTIPLIER
+    ap_mode: str | None = None
     seed: int = 0
     embeddings: str = "random"
     embed_dim: int | None = None
@@ -123,6 +150,11 @@ class TrainConfig:
                      "embed_dim", "hidden", "mlp_hidden"):
             if getattr(c, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(c, name)}")
+        for name in ("furl_dim", "ap_evals", "ap_steps"):
+            if getattr(c, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(c, name)}")
+        if c.ap_lr_mult < 0:
+            raise ValueError(f"ap_lr_mult must be >= 0, got {c.ap_lr_mult}")
         return c
 
 
@@ -153,10 +185,14 @@ def _check_out_dir(out: Path, c: TrainConfig) -> None:
         raise FileExistsError(f"{out} already holds a run; pass --resume to continue it, "
                               f"--overwrite to replace it, or choose another --out")
     old = json.loads(saved.read_text())
-    ignore = {"rounds", "resume", "overwrite", "out"}
+    # settings of the evaluation after training may change; a field an older version did
+    # not write is compared with its default (what that version did)
+    ignore = {"rounds", "resume", "overwrite", "out", "ap", "ap_evals", "ap_steps",
+              "ap_lr_mult", "ap_mode"}
+    defaults = json.loads(json.dumps(dataclasses.asdict(TrainConfig())))
     now = json.loads(json.dumps(dataclasses.asdict(c)))
-    diff = {k: (old.get(k), v) for k, v in now.items()
-            if k not in ignore and old.get(k) != v}
+    diff = {k: (old.get(k, defaults[k]), v) for k, v in now.items()
+            if k not in ignore and old.get(k, defaults[k]) != v}
     if diff:
         raise ValueError(f"--resume with a different configuration than {saved}: {diff}")
 
@@ -165,19 +201,20 @@ def _read_metrics(path: Path, upto: int) -> list[dict]:
     if not path.exists():
         return []
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r["round"] <= upto]
+    return [r for r in rows if r.get("phase", "round") == "round" and r["round"] <= upto]
 
 
 def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Runs federated training as ``config`` says.
+    """Runs federated training, then the Ap phase, as ``config`` says.
 
     Args:
       config: the run's configuration (``None`` fields resolved from the scene preset).
       log: where progress lines go.
 
     Returns:
-      The final report: ``{"rounds", "Ag", "clients": [{"client", "N", "M", "Ag"}...],
-      "params": final global params, ...}``.
+      The final report: ``{"rounds", "Ag" (None when not applicable), "Ap", "ap_mode",
+      "clients": [{"client", "N", "M", "Ag", "personal", "Ap"}...], "params": final global
+      params, "private": the clients' private leaves, ...}``.
 
     Raises:
       NonFiniteUpdateError: a client's update turned NaN/inf (names round and client).
@@ -195,8 +232,12 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
         f"L = {scene.max_len}, N = {int(scene.train.counts.sum())} train / "
         f"{int(scene.test.counts.sum())} test reviews ({time.perf_counter() - t0:.1f} s)")
 
-    model = TextClassifier(vocab_size=len(scene.vocab), embed_dim=c.embed_dim, hidden=c.hidden,
-                           mlp_hidden=c.mlp_hidden, num_classes=scene.num_classes)
+    algorithm = build_algorithm(
+        c.algorithm, vocab_size=len(scene.vocab), num_classes=scene.num_classes,
+        embed_dim=c.embed_dim, hidden=c.hidden, mlp_hidden=c.mlp_hidden, furl_dim=c.furl_dim,
+        learning_rate=c.lr, momentum=c.momentum, embedding_learning_rate=c.embedding_lr,
+        lambda_kt=c.lambda_kt, lambda_div=c.lambda_div, temperature=c.temperature,
+        bandwidth=c.bandwidth)
     matrix = None
     if c.embeddings == "glove-6b-50d":
         from fedjax_sc.data.embeddings import glove_6b_50d
@@ -206,21 +247,28 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
             f"(coverage {emb.coverage:.1%}); the rest get small random vectors")
     root = jax.random.key(c.seed)
     init_key, train_key = jax.random.split(root)
-    algorithm = ALGORITHMS[c.algorithm](model, learning_rate=c.lr, momentum=c.momentum)
-    state, client_states = init_states(algorithm, init_params(model, init_key, matrix),
+    state, client_states = init_states(algorithm, init_params(algorithm.model, init_key, matrix),
                                        scene.num_clients)
     train_data = client_data(scene.train, local_vocab=c.local_vocab)
     test_data = client_data(scene.test)
-    evaluate = make_evaluate(model)
+    has_private = bool(jax.tree.leaves(client_states.private))
+    global_eval = (None if algorithm.global_predict is None
+                   else make_evaluate(algorithm.global_predict))
+    personal_eval = make_personal_evaluate(algorithm.predict) if has_private else None
+    mode = c.ap_mode or algorithm.default_mode
 
     ckpt = ocp.CheckpointManager(out.resolve() / "checkpoints",
                                  options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
     start = 0
     if c.resume and ckpt.latest_step() is not None:
         start = int(ckpt.latest_step())
+        if start > c.rounds:
+            raise ValueError(f"--resume: the checkpoint is at round {start}, past --rounds "
+                             f"{c.rounds}")
         restored = ckpt.restore(start, args=ocp.args.StandardRestore(
             _checkpoint_tree(state, client_states)))
-        state = ServerState(restored["params"], restored["round"])
+        state = ServerState(restored["params"], restored["round"],
+                            restored.get("opt_state", ()), restored.get("upload_state", ()))
         client_states = ClientStates(restored.get("private", {}))
         log(f"resumed from {out / 'checkpoints'} at round {start}")
     metrics_path = out / "metrics.jsonl"
@@ -229,14 +277,21 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     (out / "config.json").write_text(json.dumps(dataclasses.asdict(c), indent=2))
     (out / "vocab.json").write_text(scene.vocab.to_json())
 
-    t0 = time.perf_counter()
-    round_step = jax.jit(build_round(algorithm, batch_size=c.batch_size,
-                                     local_epochs=c.local_epochs)
-                         ).lower(state, client_states, train_data, train_key).compile()
-    log(f"round compiled in {time.perf_counter() - t0:.1f} s; algorithm {c.algorithm}, "
-        f"batch {c.batch_size}, lr {c.lr}, {c.local_epochs} local epochs, d = {c.embed_dim}")
+    def accuracies():
+        ag = None if global_eval is None else np.asarray(global_eval(state.params, test_data))
+        personal = (None if personal_eval is None else
+                    {k: np.asarray(v) for k, v in personal_eval(
+                        (state.params, client_states.private), test_data).items()})
+        return ag, personal
 
-    accuracy = np.asarray(evaluate(state.params, test_data))
+    ag, personal = accuracies()
+    if start < c.rounds:
+        t0 = time.perf_counter()
+        round_step = jax.jit(build_round(algorithm, batch_size=c.batch_size,
+                                         local_epochs=c.local_epochs)
+                             ).lower(state, client_states, train_data, train_key).compile()
+        log(f"round compiled in {time.perf_counter() - t0:.1f} s; algorithm {c.algorithm}, "
+            f"batch {c.batch_size}, lr {c.lr}, {c.local_epochs} local epochs, d = {c.embed_dim}")
     durations = []
     for r in range(start + 1, c.rounds + 1):
         t0 = time.perf_counter()
@@ -250,55 +305,117 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
                 f"loss {float(m.train_loss[k])}); nothing was aggregated or saved. "
                 f"Try a smaller --lr.")
         state, client_states = new_state, new_client_states
-        jax.block_until_ready(state.params)
+        jax.block_until_ready((state.params, client_states.private))
         seconds = time.perf_counter() - t0
         durations.append(seconds)
-        accuracy = np.asarray(evaluate(state.params, test_data))
+        ag, personal = accuracies()
         steps = int(np.asarray(m.steps).sum())
-        row = {"round": r, "train_loss": float(np.mean(m.train_loss)), "Ag": float(accuracy.mean()),
+        row = {"phase": "round", "round": r, "train_loss": float(np.mean(m.train_loss)),
+               "Ag": None if ag is None else float(ag.mean()),
                "seconds": seconds, "client_steps_per_s": steps / seconds,
                "train_loss_per_client": np.asarray(m.train_loss).round(5).tolist(),
-               "Ag_per_client": accuracy.round(5).tolist()}
+               "Ag_per_client": None if ag is None else ag.round(5).tolist(),
+               "aux": {k: float(np.mean(v)) for k, v in m.aux.items()}}
+        if personal is not None:
+            row["personal"] = {k: float(v.mean()) for k, v in personal.items()}
+            row["personal_per_client"] = personal[mode].round(5).tolist()
         with metrics_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         ckpt.save(r, args=ocp.args.StandardSave(_checkpoint_tree(state, client_states)))
         eta = (c.rounds - r) * float(np.mean(durations))
-        log(f"round {r:3d}/{c.rounds} | train loss {row['train_loss']:.4f} | Ag {row['Ag']:.4f} "
+        shown = "n/a" if ag is None else f"{row['Ag']:.4f}"
+        extra = "" if personal is None else f" | personal ({mode}) {row['personal'][mode]:.4f}"
+        log(f"round {r:3d}/{c.rounds} | train loss {row['train_loss']:.4f} | Ag {shown}{extra} "
             f"| {seconds:6.1f} s | {row['client_steps_per_s']:6.1f} client-steps/s "
             f"| ETA {_hms(eta)}")
     ckpt.wait_until_finished()
     ckpt.close()
 
-    report = _report(c, scene, accuracy)
+    ap = None
+    if c.ap:
+        ap = _personalize(c, algorithm, state, client_states, train_data, test_data, root, log)
+        with metrics_path.open("a") as f:
+            for t in range(ap.curve[mode].shape[1]):
+                f.write(json.dumps({
+                    "phase": "ap", "round": c.rounds, "t": t, "steps": t * c.ap_steps,
+                    "Ap_t": {k: float(v[:, t].mean()) for k, v in ap.curve.items()},
+                    "Ap_t_per_client": ap.curve[mode][:, t].round(5).tolist()}) + "\n")
+    if personal is None:  # no private leaves: the personalised model is the global one
+        personal = {"full": ag}
+
+    report = _report(c, scene, ag, personal, ap, mode)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     table = format_table(report)
     (out / "report.md").write_text(table + "\n")
     log(table)
     report["params"] = state.params
+    report["private"] = client_states.private
     return report
 
 
+def _personalize(c: TrainConfig, algorithm, state, client_states, train_data, test_data, root,
+                 log) -> personalize.Personalization:
+    """The Ap phase (Eq. 16): fine-tune with mu * LR for n_Z * z steps, evaluating every z."""
+    lr = c.ap_lr_mult * c.lr
+    emb_lr = None if c.embedding_lr is None else c.ap_lr_mult * c.embedding_lr
+    run = personalize.make_personalize(
+        algorithm, client_sgd(lr, c.momentum, emb_lr), batch_size=c.batch_size,
+        num_evals=c.ap_evals, steps_per_eval=c.ap_steps)
+    t0 = time.perf_counter()
+    result = run(state, client_states, train_data, test_data,
+                 jax.random.fold_in(root, personalize.AP_STREAM))
+    mode = c.ap_mode or algorithm.default_mode
+    if mode not in result.curve:
+        raise ValueError(f"--ap-mode {mode!r}: {c.algorithm} has the modes "
+                         f"{sorted(result.curve)}")
+    log(f"Ap phase: {c.ap_evals} x {c.ap_steps} fine-tuning steps at lr {lr:g} in "
+        f"{time.perf_counter() - t0:.1f} s; Ap ({mode}) {result.ap(mode):.4f}; "
+        + ", ".join(f"{k}: {result.ap(k):.4f}" for k in sorted(result.curve)))
+    return result
+
+
 def _checkpoint_tree(state: ServerState, client_states: ClientStates) -> dict[str, Any]:
-    """What a checkpoint holds: server params and round, and the clients' private leaves."""
+    """What a checkpoint holds: server params, round and states, and the private leaves."""
     tree = {"params": state.params, "round": state.round}
-    if jax.tree.leaves(client_states.private):
-        tree["private"] = client_states.private
+    for name, value in (("opt_state", state.opt_state), ("upload_state", state.upload_state),
+                        ("private", client_states.private)):
+        if jax.tree.leaves(value):
+            tree[name] = value
     return tree
 
 
-def _report(c: TrainConfig, scene: scenes.Scene, accuracy: np.ndarray) -> dict[str, Any]:
-    rows = [{"client": n, "N": int(scene.train.counts[k]), "M": int(scene.test.counts[k]),
-             "Ag": float(accuracy[k])} for k, n in enumerate(scene.client_names)]
-    return {"scene": c.scene, "algorithm": c.algorithm, "rounds": c.rounds,
-            "Ag": float(accuracy.mean()), "clients": rows}
+def _report(c: TrainConfig, scene: scenes.Scene, ag: np.ndarray | None,
+            personal: dict[str, np.ndarray], ap: personalize.Personalization | None,
+            mode: str) -> dict[str, Any]:
+    pmode = mode if mode in personal else next(iter(personal))
+    rows = []
+    for k, n in enumerate(scene.client_names):
+        rows.append({"client": n, "N": int(scene.train.counts[k]), "M": int(scene.test.counts[k]),
+                     "Ag": None if ag is None else float(ag[k]),
+                     "personal": float(personal[pmode][k]),
+                     "Ap": None if ap is None else float(ap.ap_per_client(mode)[k])})
+    report = {"scene": c.scene, "algorithm": c.algorithm, "rounds": c.rounds,
+              "Ag": None if ag is None else float(ag.mean()),
+              "personal": {k: float(v.mean()) for k, v in personal.items()},
+              "ap_mode": mode, "Ap": None if ap is None else ap.ap(mode), "clients": rows}
+    if ap is not None:
+        report["Ap_modes"] = {k: ap.ap(k) for k in sorted(ap.curve)}
+        report["Ap_t"] = ap.ap_t(mode).round(5).tolist()
+        report["ap_settings"] = {"n_Z": c.ap_evals, "z": c.ap_steps, "mu": c.ap_lr_mult}
+    return report
 
 
 def format_table(report: dict[str, Any]) -> str:
-    """Markdown table of Ag^k per client and the Avg row (Ag, Eq. 15), in percent."""
-    lines = [f"| client | N^k | M^k | Ag^k ({report['algorithm']}) |", "|---|---:|---:|---:|"]
+    """Markdown table of Ag^k and Ap^k per client and the Avg row (Ag, Ap; Eq. 15-16), in
+    percent; "n/a" where the algorithm has no complete global model."""
+    pct = lambda v: "n/a" if v is None else f"{100 * v:.1f}"
+    alg, mode = report["algorithm"], report["ap_mode"]
+    lines = [f"| client | N^k | M^k | Ag^k ({alg}) | Ap^k ({alg}, {mode}) |",
+             "|---|---:|---:|---:|---:|"]
     for r in report["clients"]:
-        lines.append(f"| {r['client']} | {r['N']} | {r['M']} | {100 * r['Ag']:.1f} |")
-    lines.append(f"| Avg | | | {100 * report['Ag']:.1f} |")
+        lines.append(f"| {r['client']} | {r['N']} | {r['M']} | {pct(r['Ag'])} | "
+                     f"{pct(r['Ap'])} |")
+    lines.append(f"| Avg | | | {pct(report['Ag'])} | {pct(report['Ap'])} |")
     return "\n".join(lines)
 
 

@@ -1,7 +1,9 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+from hypothesis import given, settings, strategies as st
 
+from fedjax_sc.algorithms import losses
 from fedjax_sc.algorithms.base import Batch
 from fedjax_sc.algorithms.losses import cross_entropy, masked_mean
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
@@ -28,3 +30,64 @@ def test_cross_entropy_matches_numpy_and_padded_rows_get_no_gradient():
     grads = jax.grad(lambda p: loss(p, Batch(tokens, labels, mask), None)[0])(params)
     emb_grad = np.asarray(grads["embedding"]["embedding"])
     assert not emb_grad[7].any()  # token 7 occurs only in the masked row
+
+
+def _numpy_hsic(x, y):
+    """Reference Eq. 7 with the median heuristic, straight from the definition."""
+    def gram(a):
+        d2 = ((a[:, None, :] - a[None, :, :]) ** 2).sum(-1)
+        off = np.sqrt(d2[~np.eye(len(a), dtype=bool)])
+        sigma = np.median(off)
+        return np.exp(-d2 / (2 * sigma ** 2))
+    b = len(x)
+    h = np.eye(b) - np.ones((b, b)) / b
+    return np.trace(gram(x) @ h @ gram(y) @ h) / (b - 1) ** 2
+
+
+@settings(max_examples=25, deadline=None)
+@given(b=st.integers(2, 12), f=st.integers(1, 6), g=st.integers(1, 6), seed=st.integers(0, 999))
+def test_hsic_is_nonnegative_and_matches_numpy(b, f, g, seed):
+    rng = np.random.default_rng(seed)
+    x, y = rng.normal(size=(b, f)), rng.normal(size=(b, g))
+    value = float(losses.hsic(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)))
+    assert value >= -1e-6
+    np.testing.assert_allclose(value, _numpy_hsic(x, y), rtol=2e-4, atol=1e-6)
+
+
+def test_hsic_is_small_for_independent_and_large_for_identical_features():
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(256, 4)), jnp.float32)
+    y = jnp.asarray(rng.normal(size=(256, 4)), jnp.float32)
+    independent = float(losses.hsic(x, y))
+    identical = float(losses.hsic(x, x))
+    assert independent < 0.1 * identical  # biased estimator: O(1/n) for independent data
+    assert independent < 2e-3
+
+
+def test_hsic_leaves_out_masked_rows_and_fixed_bandwidth():
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.normal(size=(7, 3)), jnp.float32)
+    y = jnp.asarray(rng.normal(size=(7, 2)), jnp.float32)
+    mask = jnp.array([True] * 5 + [False] * 2)
+    junk_x = x.at[5:].set(100.0)
+    np.testing.assert_allclose(losses.hsic(junk_x, y, mask), losses.hsic(x[:5], y[:5]),
+                               rtol=1e-5)
+    assert float(losses.hsic(x, y, jnp.array([True] + [False] * 6))) == 0.0
+    assert np.isfinite(float(losses.hsic(x, y, bandwidth=0.7)))
+    grads = jax.grad(lambda a: losses.hsic(a, y, mask))(x)
+    assert np.all(np.isfinite(grads)) and np.all(np.asarray(grads[5:]) == 0)
+
+
+def test_knowledge_transfer_matches_eq8_and_gives_no_gradient_to_the_shared_branch():
+    rng = np.random.default_rng(2)
+    gp = jnp.asarray(rng.normal(size=(4, 3)), jnp.float32)
+    gs = jnp.asarray(rng.normal(size=(4, 3)), jnp.float32)
+    t = 0.25
+    p = np.exp(gp) / np.exp(gp).sum(-1, keepdims=True)
+    logq = np.asarray(gs) / t - np.log(np.exp(np.asarray(gs) / t).sum(-1, keepdims=True))
+    np.testing.assert_allclose(losses.knowledge_transfer(gp, gs, t), -(p * logq).sum(-1),
+                               rtol=1e-5)
+    d_shared = jax.grad(lambda s: losses.knowledge_transfer(gp, s, t).sum())(gs)
+    d_private = jax.grad(lambda q: losses.knowledge_transfer(q, gs, t).sum())(gp)
+    assert np.all(np.asarray(d_shared) == 0)
+    assert np.any(np.asarray(d_private) != 0)

@@ -174,3 +174,93 @@ def test_private_embedding_table_with_local_vocabulary_equals_dense(scene, model
         results.append((state.params, clients.private))
     assert set(results[0][0]) == {"classifier"}
     chex.assert_trees_all_close(results[0], results[1], atol=2e-6)
+
+
+def test_fedavg_round_equals_a_plain_reference_loop(scene, model):
+    """FedAvg as composable pieces gives the numbers of the textbook algorithm: each client
+    runs SGD + momentum over its shuffled batches, the server takes the N^k/N mean."""
+    import optax
+    from fedjax_sc.algorithms.losses import cross_entropy
+    from fedjax_sc.algorithms.base import Batch
+    lr, batch, epochs, seed = 0.1, 4, 2, 11
+    params = init_params(model, jax.random.key(0))
+    alg = fedavg(model, lr)
+    state, clients = rnd.init_states(alg, params, scene.num_clients)
+    new, _, _ = rnd.make_round_step(alg, batch_size=batch, local_epochs=epochs)(
+        state, clients, rnd.client_data(scene.train, local_vocab=True), jax.random.key(seed))
+    loss = jax.jit(jax.grad(lambda p, b: cross_entropy(model)(p, b, None)[0]))
+    round_key = jax.random.fold_in(jax.random.key(seed), 0)
+    trained = []
+    for k in range(scene.num_clients):
+        key = jax.random.fold_in(round_key, k)
+        idx, bmask = rnd.epoch_schedule(key, jnp.asarray(scene.train.mask[k]), batch, epochs)
+        p, opt = params, optax.sgd(lr, momentum=0.9)
+        s = opt.init(p)
+        for e in range(epochs):
+            for j in range(idx.shape[1]):
+                if not bool(bmask[e, j].any()):
+                    continue
+                i = np.asarray(idx[e, j])
+                g = loss(p, Batch(scene.train.tokens[k][i], scene.train.labels[k][i],
+                                  jnp.asarray(bmask[e, j])))
+                u, s = opt.update(g, s, p)
+                p = optax.apply_updates(p, u)
+        trained.append(p)
+    w = scene.train.counts / scene.train.counts.sum()
+    expected = jax.tree.map(lambda *xs: sum(wk * x for wk, x in zip(w, xs)), *trained)
+    chex.assert_trees_all_close(new.params, expected, atol=2e-5)
+
+
+def test_upload_message_never_holds_a_private_leaf(scene, model):
+    from fedjax_sc.algorithms.base import UploadTransform
+    from fedjax_sc.algorithms.masking import leaf_paths
+    seen = []
+
+    def encode(params, state, rng):
+        seen.append(leaf_paths(params))  # runs at trace time: the message's structure
+        return params
+
+    recorder = UploadTransform(lambda p: (), encode, lambda m, s: m)
+    alg = fedavg(model, 0.1)._replace(leaf_rules=FEDPER_RULES, upload=recorder)
+    state, clients = _states(model, scene, alg)
+    rnd.make_round_step(alg, batch_size=4, local_epochs=1)(
+        state, clients, rnd.client_data(scene.train, local_vocab=True), jax.random.key(2))
+    assert seen and all(not p.startswith("classifier/") for paths in seen for p in paths)
+    assert any(p.startswith("encoder/") for p in seen[-1])
+
+
+def test_server_sgd_with_unit_step_equals_taking_the_aggregate(scene, model):
+    import optax
+    data = rnd.client_data(scene.train, local_vocab=True)
+    outs = []
+    for server in (None, optax.sgd(1.0)):
+        alg = fedavg(model, 0.1)._replace(server_optimizer=server)
+        state, clients = _states(model, scene, alg)
+        outs.append(rnd.make_round_step(alg, batch_size=4, local_epochs=1)(
+            state, clients, data, jax.random.key(3))[0].params)
+    chex.assert_trees_all_close(outs[0], outs[1], atol=1e-6)
+
+
+@pytest.mark.parametrize("name", __import__("fedjax_sc.run.registry",
+                                            fromlist=["ALGORITHMS"]).ALGORITHMS)
+def test_every_algorithm_compiles_once_and_keeps_private_leaves_per_client(scene, name):
+    from fedjax_sc.algorithms.masking import leaf_paths
+    from fedjax_sc.run.registry import build_algorithm
+    chex.clear_trace_counter()  # the counter is per function name, shared by parameters
+    alg = build_algorithm(name, vocab_size=len(scene.vocab), num_classes=2, embed_dim=4,
+                          hidden=2, mlp_hidden=3, furl_dim=2, learning_rate=0.1)
+    state, clients = rnd.init_states(alg, init_params(alg.model, jax.random.key(0)),
+                                     scene.num_clients)
+    step = jax.jit(chex.assert_max_traces(rnd.build_round(alg, batch_size=4, local_epochs=1),
+                                          n=1))
+    data = rnd.client_data(scene.train, local_vocab=True)
+    for _ in range(2):
+        state, clients, metrics = step(state, clients, data, jax.random.key(5))
+    assert step._cache_size() == 1
+    assert bool(metrics.finite.all())
+    private = leaf_paths(clients.private)
+    assert "user/vector" in private and not set(private) & set(leaf_paths(state.params))
+    chex.assert_tree_shape_prefix(clients.private, (scene.num_clients,))
+    vectors = np.asarray(clients.private["user"]["vector"])
+    assert not np.allclose(vectors[0], vectors[1])  # each client has its own
+    assert (alg.global_predict is None) == (name in ("fedper", "lg_fedavg"))

@@ -11,7 +11,13 @@ from fedjax_sc.run import cli
 from fedjax_sc.run.train import NonFiniteUpdateError, TrainConfig, train
 
 TINY = dict(scene="synthetic", synthetic_clients=2, synthetic_train=12, synthetic_test=6,
-            max_len=8, embed_dim=6, hidden=3, mlp_hidden=4, batch_size=4, local_epochs=1)
+            max_len=8, embed_dim=6, hidden=3, mlp_hidden=4, batch_size=4, local_epochs=1,
+            ap_evals=2, ap_steps=2)
+
+
+def _rows(path, phase="round"):
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    return [r for r in rows if r["phase"] == phase]
 
 
 def _quiet(_):
@@ -24,10 +30,43 @@ def test_resume_ends_with_exactly_the_uninterrupted_parameters(tmp_path):
     resumed = train(TrainConfig(**TINY, rounds=3, out=str(tmp_path / "cut"), resume=True),
                     log=_quiet)
     chex.assert_trees_all_equal(full["params"], resumed["params"])
-    rows = [json.loads(x) for x in (tmp_path / "cut/metrics.jsonl").read_text().splitlines()]
+    rows = _rows(tmp_path / "cut/metrics.jsonl")
     assert [r["round"] for r in rows] == [1, 2, 3]
-    full_rows = (tmp_path / "full/metrics.jsonl").read_text().splitlines()
-    assert [json.loads(x)["Ag"] for x in full_rows] == [r["Ag"] for r in rows]
+    assert [r["Ag"] for r in _rows(tmp_path / "full/metrics.jsonl")] == [r["Ag"] for r in rows]
+    assert resumed["Ap"] == full["Ap"]
+
+
+def test_kteps_resume_restores_the_private_leaves_exactly(tmp_path):
+    cfg = dict(TINY, algorithm="kteps", furl_dim=2)
+    full = train(TrainConfig(**cfg, rounds=2, out=str(tmp_path / "full")), log=_quiet)
+    train(TrainConfig(**cfg, rounds=1, out=str(tmp_path / "cut")), log=_quiet)
+    config = tmp_path / "cut/config.json"  # a config written before a field existed
+    old = json.loads(config.read_text())
+    del old["lambda_kt"], old["ap_steps"]
+    config.write_text(json.dumps(old))
+    resumed = train(TrainConfig(**cfg, rounds=2, out=str(tmp_path / "cut"), resume=True),
+                    log=_quiet)
+    chex.assert_trees_all_equal((full["params"], full["private"]),
+                                (resumed["params"], resumed["private"]))
+    assert set(full["private"]) == {"private_projection", "private_classifier", "user"}
+    assert set(full["Ap_modes"]) == {"s", "p", "sp"} and full["ap_mode"] == "sp"
+    ap_rows = _rows(tmp_path / "full/metrics.jsonl", "ap")
+    assert [r["t"] for r in ap_rows] == [0, 1, 2] and [r["steps"] for r in ap_rows] == [0, 2, 4]
+    assert full["Ap"] == pytest.approx(np.mean([r["Ap_t"]["sp"] for r in ap_rows[1:]]))
+    assert {"kt", "div", "ce_private"} <= set(_rows(tmp_path / "full/metrics.jsonl")[0]["aux"])
+    with pytest.raises(ValueError, match="different configuration"):
+        train(TrainConfig(**{**cfg, "lambda_kt": 0.5}, rounds=3, out=str(tmp_path / "cut"),
+                          resume=True), log=_quiet)
+
+
+def test_fedper_has_no_global_model_and_reports_ag_as_not_applicable(tmp_path):
+    report = train(TrainConfig(**TINY, algorithm="fedper", rounds=1, out=str(tmp_path / "p")),
+                   log=_quiet)
+    assert report["Ag"] is None and all(c["Ag"] is None for c in report["clients"])
+    assert 0.0 <= report["Ap"] <= 1.0
+    assert "| Avg | | | n/a |" in (tmp_path / "p/report.md").read_text()
+    row = _rows(tmp_path / "p/metrics.jsonl")[0]
+    assert row["Ag"] is None and 0.0 <= row["personal"]["full"] <= 1.0
 
 
 def test_outputs_and_report(tmp_path):
@@ -41,7 +80,7 @@ def test_outputs_and_report(tmp_path):
     assert "| Avg |" in (out / "report.md").read_text()
     with pytest.raises(FileExistsError, match="--resume"):
         train(TrainConfig(**TINY, rounds=2, out=str(out)), log=_quiet)
-    train(TrainConfig(**TINY, rounds=1, out=str(out), overwrite=True), log=_quiet)
+    train(TrainConfig(**TINY, rounds=1, out=str(out), overwrite=True, ap=False), log=_quiet)
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
     with pytest.raises(ValueError, match="different configuration"):
         train(TrainConfig(**{**TINY, "hidden": 5}, rounds=3, out=str(out), resume=True),
@@ -57,9 +96,10 @@ def test_non_finite_update_stops_the_run_naming_round_and_client(tmp_path):
 def test_cli_train_and_errors(tmp_path, capsys):
     args = ["train", "--synthetic-clients", "2", "--synthetic-train", "8", "--synthetic-test",
             "4", "--max-len", "6", "--embed-dim", "4", "--hidden", "2", "--mlp-hidden", "3",
-            "--rounds", "1", "--out", str(tmp_path / "c")]
+            "--rounds", "1", "--out", str(tmp_path / "c"), "--algorithm", "lg_fedavg",
+            "--ap-evals", "1", "--ap-steps", "1", "--furl-dim", "2", "--embedding-lr", "0.01"]
     assert cli.main(args) == 0
-    assert "| Avg |" in capsys.readouterr().out
+    assert "| Avg | | | n/a |" in capsys.readouterr().out
     assert cli.main(args) == 1
     assert "already holds a run" in capsys.readouterr().err
     assert cli.main(["train", "--scene", "fdu", "--out", str(tmp_path / "x")]) == 1

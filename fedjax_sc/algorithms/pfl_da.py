@@ -1,0 +1,67 @@
+"""PFL-DA: Private Federated Learning with Domain Adaptation (Peterson et al. 2019), as compared
+in Li et al. 2021, Sec. 5.4 and Fig. 2(C).
+
+Each client keeps a complete private model (its own embedding, BiGRU and classifier) beside the
+shared one, and a private gate mixes the two experts' class probabilities:
+``p(y|x) = a(x) p_private(y|x) + (1 - a(x)) p_shared(y|x)`` with ``a = sigmoid(w . [o_s, o_p]
++ b)``. The local loss is the negative log-likelihood of the mixture plus the shared model's own
+cross-entropy, so the shared branch stays a usable global model (its Ag is reported) while the
+gate and the private expert learn the client's domain. (Peterson et al. train the general
+model federatedly and the private model and gate locally; the shared cross-entropy term is this
+library's way of giving the global model its own objective in one joint step.)
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedjax_sc.algorithms.base import Algorithm, Batch, ClientLoss, Params
+from fedjax_sc.algorithms.kteps import kteps
+from fedjax_sc.algorithms.losses import masked_mean
+from fedjax_sc.models.private_shared import PrivateSharedClassifier, mode_probabilities
+
+
+def pfl_da_loss(model: PrivateSharedClassifier) -> ClientLoss:
+    """Mixture NLL + shared cross-entropy, averaged over the batch's real rows.
+
+    Returns:
+      A ClientLoss whose aux holds ``accuracy`` (the gated mixture) and ``gate`` (mean weight
+      of the private expert).
+    """
+
+    def loss(params: Params, batch: Batch, rng: jax.Array):
+        del rng
+        out = model.apply({"params": params}, batch.tokens)
+        mixture = mode_probabilities(out)["sp"]
+        picked = jnp.take_along_axis(mixture, batch.labels[:, None], axis=-1)[:, 0]
+        nll = -jnp.log(jnp.maximum(picked, 1e-12))
+        ce_s = optax.softmax_cross_entropy_with_integer_labels(out.shared_logits, batch.labels)
+        correct = (jnp.argmax(mixture, -1) == batch.labels).astype(jnp.float32)
+        return masked_mean(nll + ce_s, batch.mask), {
+            "accuracy": masked_mean(correct, batch.mask), "gate": masked_mean(out.gate, batch.mask)}
+
+    return loss
+
+
+def pfl_da(model: PrivateSharedClassifier, learning_rate: float = 0.01, momentum: float = 0.9,
+           embedding_learning_rate: float | None = None) -> Algorithm:
+    """Builds PFL-DA.
+
+    Args:
+      model: ``PrivateSharedClassifier(private_from="embedding", projection=False,
+        gated=True)``.
+      learning_rate, momentum, embedding_learning_rate: client SGD.
+
+    Returns:
+      The :class:`Algorithm`; Ap uses the gated mixture (mode ``sp``).
+
+    Raises:
+      ValueError: a model without a gate, or invalid optimizer settings.
+    """
+    if not getattr(model, "gated", False):
+        raise ValueError("pfl_da needs PrivateSharedClassifier(..., gated=True)")
+    # the two-branch algorithm's pieces (rules, optimizer, predictions), PFL-DA's own loss
+    return kteps(model, learning_rate, momentum, embedding_learning_rate)._replace(
+        name="pfl_da", client_loss=pfl_da_loss(model))

@@ -1,0 +1,165 @@
+"""The personalisation metric Ap (Li et al. 2021, Sec. 5.3 Eq. 16, Sec. 5.6.2, Fig. 4).
+
+After the last round every client fine-tunes its own model -- the global shared leaves joined
+with its private leaves -- on its own training data for ``Z = n_Z * z`` steps with the
+algorithm's client loss and a small learning rate (``mu * LR``, mu = 0.01 by default, Table 5),
+and evaluates on its test set every z steps. ``Ap_t^k`` (t = 1..n_Z) are those accuracies,
+``Ap^k`` their mean and ``Ap`` the mean over clients. Column 0 of the curve is the personalised
+model before any fine-tuning (for FedAvg that is Ag^k, Remark 4).
+
+The paper gives n_Z = 25 (Fig. 4) but not z: the default here is z = 10 steps (80 reviews at
+batch 8, about 5% of an FDU client's training set), configurable.
+
+All clients fine-tune at once under ``vmap``; the steps are a ``lax.scan``, evaluation is
+inside the same compiled program. Step t of a client uses batch ``t mod nb`` of epoch
+``t div nb`` (nb = the client's number of batches), so every step is a real one; with
+local-vocabulary client data only the word-embedding rows of V^k are trained (exact, as in
+:mod:`fedjax_sc.run.round`) and are written into the full tables for each evaluation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from fedjax_sc.algorithms import masking
+from fedjax_sc.algorithms.base import Algorithm, Batch, Params
+from fedjax_sc.run.evaluate import count_correct
+from fedjax_sc.run.round import (TABLE_PATHS, ClientData, ClientStates, ServerState, _has_leaf,
+                                 epoch_order, gather_rows, scatter_rows)
+
+DEFAULT_NUM_EVALS = 25
+"""n_Z (paper Fig. 4: 25 personalisation steps are plotted)."""
+DEFAULT_STEPS_PER_EVAL = 10
+"""z: the paper does not give it (see the module docstring)."""
+AP_STREAM = 2**31 - 2
+"""``fold_in`` constant of the Ap phase's key under the run's root key."""
+DEFAULT_LR_MULTIPLIER = 0.01
+"""mu (paper Table 5: 0.01 is best on FDU and IYY)."""
+
+
+class Personalization(NamedTuple):
+    """Result of the Ap phase.
+
+    Attributes:
+      curve: ``{mode: float32 [num_clients, n_Z + 1]}`` test accuracy per inference mode;
+        column 0 before fine-tuning, column t after t * z steps.
+      steps_per_eval: z.
+    """
+
+    curve: dict[str, np.ndarray]
+    steps_per_eval: int
+
+    def ap_per_client(self, mode: str) -> np.ndarray:
+        """Ap^k (Eq. 16): float ``[num_clients]``, the mean of columns 1..n_Z (column 0 when
+        n_Z = 0)."""
+        c = np.asarray(self.curve[mode])
+        return c[:, 1:].mean(axis=1) if c.shape[1] > 1 else c[:, 0]
+
+    def ap(self, mode: str) -> float:
+        """Ap = (1/K) sum_k Ap^k (Eq. 16)."""
+        return float(self.ap_per_client(mode).mean())
+
+    def ap_t(self, mode: str) -> np.ndarray:
+        """The Ap_t curve (Fig. 4): float ``[n_Z + 1]``, the mean over clients per column."""
+        return np.asarray(self.curve[mode]).mean(axis=0)
+
+
+def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformation, *,
+                     batch_size: int, num_evals: int = DEFAULT_NUM_EVALS,
+                     steps_per_eval: int = DEFAULT_STEPS_PER_EVAL, eval_batch_size: int = 200,
+                     table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS
+                     ) -> Callable[[ServerState, ClientStates, ClientData, ClientData,
+                                    jax.Array], Personalization]:
+    """Builds the compiled Ap phase.
+
+    Args:
+      algorithm: the trained algorithm (its client loss and ``predict`` are used).
+      optimizer: the fine-tuning optimizer, e.g. ``client_sgd(mu * LR, momentum)``; its state
+        starts fresh and runs through all Z steps.
+      batch_size: fine-tuning batch size (paper: the training batch size).
+      num_evals: n_Z (>= 0).
+      steps_per_eval: z (>= 0); 0 gives n_Z copies of the accuracy before fine-tuning.
+      eval_batch_size: test examples per forward pass.
+      table_paths: word-embedding tables trained by rows with local-vocabulary train data.
+
+    Returns:
+      ``personalize(server_state, client_states, train, test, rng) -> Personalization``;
+      ``train`` may hold local-vocabulary ids, ``test`` must hold global ids.
+
+    Raises:
+      ValueError: negative n_Z / z, batch_size < 1, or (at call time) local ids in ``test``.
+    """
+    if num_evals < 0 or steps_per_eval < 0 or batch_size < 1:
+        raise ValueError(f"need num_evals >= 0, steps_per_eval >= 0, batch_size >= 1; got "
+                         f"{num_evals}, {steps_per_eval}, {batch_size}")
+    loss_and_grad = jax.value_and_grad(algorithm.client_loss, has_aux=True)
+
+    def one_client(shared, private, ids, vmask, tokens, labels, mask, test_tokens, test_labels,
+                   test_mask, key, tables):
+        full = masking.merge(shared, private)
+        count = jnp.sum(mask)
+        num_batches = jnp.maximum((count + batch_size - 1) // batch_size, 1)
+
+        def accuracy(work):
+            params = scatter_rows(work, full, ids, vmask, tables)
+            hits = count_correct(algorithm.predict, params, test_tokens, test_labels, test_mask,
+                                 eval_batch_size)
+            n = jnp.maximum(jnp.sum(test_mask), 1).astype(jnp.float32)
+            return jax.tree.map(lambda c: c.astype(jnp.float32) / n, hits)
+
+        def step(carry, t):
+            work, opt_state = carry
+            e, j = t // num_batches, t % num_batches
+            pos = j * batch_size + jnp.arange(batch_size)
+            idx = epoch_order(jax.random.fold_in(key, e), mask)[jnp.minimum(pos, mask.shape[0] - 1)]
+            m = pos < count
+            rng = jax.random.fold_in(jax.random.fold_in(key, e), j)
+            (_, _), grads = loss_and_grad(work, Batch(tokens[idx], labels[idx], m), rng)
+            updates, new_opt_state = optimizer.update(grads, opt_state, work)
+            new_work = optax.apply_updates(work, updates)
+            real = jnp.any(m)  # a client without training data does not move
+            keep = lambda new, old: jnp.where(real, new, old)
+            return (jax.tree.map(keep, new_work, work),
+                    jax.tree.map(keep, new_opt_state, opt_state)), None
+
+        def chunk(carry, c):
+            carry, _ = jax.lax.scan(step, carry, c * steps_per_eval + jnp.arange(steps_per_eval))
+            return carry, accuracy(carry[0])
+
+        work = gather_rows(full, ids, tables)
+        before = accuracy(work)
+        _, after = jax.lax.scan(chunk, (work, optimizer.init(work)), jnp.arange(num_evals))
+        return jax.tree.map(lambda b, a: jnp.concatenate([b[None], a]), before, after)
+
+    def run(state: ServerState, client_states: ClientStates, train: ClientData,
+            test: ClientData, rng: jax.Array):
+        local_rows = train.vocab_ids is not None
+        tables = [p for p in table_paths if local_rows and (
+            _has_leaf(state.params, p) or _has_leaf(client_states.private, p))]
+        ids, vmask = ((train.vocab_ids, train.vocab_mask) if local_rows else
+                      (jnp.zeros((train.num_clients, 1), jnp.int32),) * 2)
+        keys = jax.vmap(lambda k: jax.random.fold_in(rng, k))(jnp.arange(train.num_clients))
+        fn = lambda *a: one_client(*a, tables)
+        return jax.vmap(fn, in_axes=(None,) + (0,) * 10)(
+            state.params, client_states.private, ids, vmask, train.tokens, train.labels,
+            train.mask, test.tokens, test.labels, test.mask, keys)
+
+    compiled = jax.jit(run)
+
+    def personalize(state: ServerState, client_states: ClientStates, train: ClientData,
+                    test: ClientData, rng: jax.Array) -> Personalization:
+        if test.vocab_ids is not None:
+            raise ValueError("the test split must hold global vocabulary ids")
+        if train.num_clients != test.num_clients:
+            raise ValueError(f"train has {train.num_clients} clients, test "
+                             f"{test.num_clients}")
+        curve = compiled(state, client_states, train, test, rng)
+        return Personalization({k: np.asarray(v) for k, v in curve.items()}, steps_per_eval)
+
+    return personalize

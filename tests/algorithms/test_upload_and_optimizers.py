@@ -1,0 +1,53 @@
+"""Upload transforms compose; the client optimizer's embedding learning rate."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_sc.algorithms.base import UploadTransform, chain, identity_upload
+from fedjax_sc.algorithms.optimizers import client_sgd
+
+
+def _scale(factor):
+    """Multiplies by ``factor`` on the client and divides on the server; records keys."""
+    def init(params):
+        return jnp.asarray(factor, jnp.float32)
+    def encode(params, state, rng):
+        return jax.tree.map(lambda x: x * state, params)
+    def decode(message, state):
+        return jax.tree.map(lambda x: x / state, message)
+    return UploadTransform(init, encode, decode)
+
+
+def _shift(amount):
+    return UploadTransform(lambda p: (), lambda p, s, r: jax.tree.map(lambda x: x + amount, p),
+                           lambda m, s: jax.tree.map(lambda x: x - amount, m))
+
+
+def test_chain_encodes_in_order_and_decodes_in_reverse():
+    params = {"a": jnp.arange(3.0), "b": {"c": jnp.ones((2, 2))}}
+    t = chain(_scale(2.0), _shift(1.0), identity_upload())
+    state = t.init(params)
+    message = t.encode(params, state, jax.random.key(0))
+    chex.assert_trees_all_close(message["a"], jnp.arange(3.0) * 2 + 1)
+    chex.assert_trees_all_close(t.decode(message, state), params)
+    chex.assert_trees_all_equal(identity_upload().encode(params, (), jax.random.key(1)), params)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_embedding_learning_rate_applies_to_embedding_tables_only(momentum):
+    params = {"embedding": {"embedding": jnp.ones((4, 2))},
+              "private_embedding": {"embedding": jnp.ones((4, 2))},
+              "encoder": {"w": jnp.ones((2,))}}
+    grads = jax.tree.map(jnp.ones_like, params)
+    opt = client_sgd(0.1, momentum, embedding_learning_rate=0.01)
+    updates, _ = opt.update(grads, opt.init(params), params)
+    np.testing.assert_allclose(updates["embedding"]["embedding"], -0.01)
+    np.testing.assert_allclose(updates["private_embedding"]["embedding"], -0.01)
+    np.testing.assert_allclose(updates["encoder"]["w"], -0.1)
+    with pytest.raises(ValueError, match="momentum"):
+        client_sgd(0.1, 1.0)
+    with pytest.raises(ValueError, match="matched by no rule|matching no leaf"):
+        opt.init({"encoder": {"w": jnp.ones(2)}})  # no embedding table: refused

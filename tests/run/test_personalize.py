@@ -1,0 +1,63 @@
+"""The Ap phase (Eq. 16): zero steps equal the personalised accuracy; rows training is exact."""
+
+import jax
+import numpy as np
+import pytest
+
+from fedjax_sc.algorithms.optimizers import client_sgd
+from fedjax_sc.data.scenes import synthetic_scene
+from fedjax_sc.models.text_classifier import init_params
+from fedjax_sc.run import round as rnd
+from fedjax_sc.run.evaluate import make_personal_evaluate
+from fedjax_sc.run.personalize import Personalization, make_personalize
+from fedjax_sc.run.registry import build_algorithm
+
+
+@pytest.fixture(scope="module")
+def setting():
+    scene = synthetic_scene(num_clients=3, train_per_client=12, test_per_client=9, max_len=8,
+                            seed=5)
+    alg = build_algorithm("kteps", vocab_size=len(scene.vocab), num_classes=2, embed_dim=4,
+                          hidden=3, mlp_hidden=4, learning_rate=0.2)
+    state, clients = rnd.init_states(alg, init_params(alg.model, jax.random.key(1)), 3)
+    state, clients, _ = rnd.make_round_step(alg, batch_size=4, local_epochs=1)(
+        state, clients, rnd.client_data(scene.train, local_vocab=True), jax.random.key(2))
+    return scene, alg, state, clients
+
+
+def test_zero_fine_tuning_steps_give_the_personalised_accuracy(setting):
+    scene, alg, state, clients = setting
+    test = rnd.client_data(scene.test)
+    before = make_personal_evaluate(alg.predict, batch_size=4)((state.params, clients.private),
+                                                               test)
+    run = make_personalize(alg, client_sgd(0.01), batch_size=4, num_evals=3, steps_per_eval=0,
+                           eval_batch_size=5)
+    result = run(state, clients, rnd.client_data(scene.train, local_vocab=True), test,
+                 jax.random.key(0))
+    assert set(result.curve) == {"s", "p", "sp"}
+    for mode, acc in before.items():
+        assert result.curve[mode].shape == (3, 4)
+        for t in range(4):
+            np.testing.assert_allclose(result.curve[mode][:, t], acc, rtol=1e-6)
+        np.testing.assert_allclose(result.ap_per_client(mode), acc, rtol=1e-6)
+
+
+def test_fine_tuning_on_local_rows_equals_dense_and_moves_the_accuracy(setting):
+    scene, alg, state, clients = setting
+    run = make_personalize(alg, client_sgd(0.5), batch_size=4, num_evals=2, steps_per_eval=3)
+    test = rnd.client_data(scene.test)
+    curves = [run(state, clients, rnd.client_data(scene.train, local_vocab=local), test,
+                  jax.random.key(0)).curve for local in (False, True)]
+    for mode in curves[0]:
+        np.testing.assert_allclose(curves[0][mode], curves[1][mode], atol=1e-6)
+    with pytest.raises(ValueError, match="global vocabulary"):
+        run(state, clients, rnd.client_data(scene.train), rnd.client_data(scene.test, True),
+            jax.random.key(0))
+
+
+def test_ap_is_the_mean_of_the_curve_after_fine_tuning():
+    curve = np.array([[0.5, 0.6, 0.8], [0.2, 0.4, 0.4]])
+    result = Personalization({"full": curve}, steps_per_eval=5)
+    np.testing.assert_allclose(result.ap_per_client("full"), [0.7, 0.4])
+    assert result.ap("full") == pytest.approx(0.55)
+    np.testing.assert_allclose(result.ap_t("full"), [0.35, 0.5, 0.6])
