@@ -27,9 +27,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.data.scenes import ClientArrays
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
+from fedjax_sc.run.registry import ALGORITHMS, build_algorithm
 from fedjax_sc.run.round import build_round, client_data, init_states
 
 
@@ -112,6 +112,8 @@ def main() -> None:
     p.add_argument("--local-epochs", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2, help="timed rounds after compilation")
     p.add_argument("--dense-embedding", action="store_true")
+    p.add_argument("--algorithm", default="fedavg", choices=ALGORITHMS,
+                   help="which algorithm's round to time (FLOP figures: one-branch models)")
     p.add_argument("--torch-steps", type=int, default=10,
                    help="PyTorch steps per client for the same-run reference (0: skip)")
     args = p.parse_args()
@@ -119,8 +121,10 @@ def main() -> None:
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {args.clients} clients, "
           f"batch {args.batch}, L {args.max_len}, d {args.embed_dim}, hidden {args.hidden}, "
           f"V {args.vocab}, {'dense' if args.dense_embedding else 'local-vocabulary'} embedding")
-    model = TextClassifier(args.vocab, args.embed_dim, args.hidden, args.mlp_hidden, 2)
-    algorithm = fedavg(model)
+    algorithm = build_algorithm(args.algorithm, vocab_size=args.vocab, num_classes=2,
+                                embed_dim=args.embed_dim, hidden=args.hidden,
+                                mlp_hidden=args.mlp_hidden)
+    model = algorithm.model
     state, clients = init_states(algorithm, init_params(model, jax.random.key(0)), args.clients)
     arrays = synthetic_arrays(args.clients, args.examples, args.max_len, args.vocab,
                               args.local_vocab)
@@ -143,7 +147,11 @@ def main() -> None:
     flops = model_flops_per_step(args.batch, args.max_len, args.embed_dim, args.hidden,
                                  args.mlp_hidden, 2)
     peak = matmul_flops()
-    print(f"compiled round: {rate:.1f} client-steps/s ({steps} client-steps in {seconds:.1f} s)")
+    print(f"compiled {args.algorithm} round: {rate:.1f} client-steps/s ({steps} client-steps in "
+          f"{seconds:.1f} s)")
+    if not isinstance(model, TextClassifier):
+        print("FLOP figures and the PyTorch reference describe the one-branch model only")
+        return
     print(f"model: {flops / 1e9:.2f} GFLOP per client-step -> {rate * flops / 1e9:.1f} GFLOP/s")
     print(f"large f32 matmul: {peak / 1e9:.1f} GFLOP/s -> model/matmul ratio "
           f"{rate * flops / peak:.2f}")

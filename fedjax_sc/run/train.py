@@ -32,6 +32,7 @@ from fedjax_sc.models.text_classifier import init_params
 from fedjax_sc.run import configs, personalize
 from fedjax_sc.run.evaluate import make_evaluate, make_personal_evaluate
 from fedjax_sc.run.registry import ALGORITHMS, build_algorithm
+from fedjax_sc.run.report import format_table, make_report
 from fedjax_sc.run.round import ClientStates, ServerState, build_round, client_data, init_states
 
 SCENES = ("synthetic", "fdu", "iyy")
@@ -343,7 +344,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     if personal is None:  # no private leaves: the personalised model is the global one
         personal = {"full": ag}
 
-    report = _report(c, scene, ag, personal, ap, mode)
+    report = make_report(c, scene, ag, personal, ap, mode)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     table = format_table(report)
     (out / "report.md").write_text(table + "\n")
@@ -382,41 +383,6 @@ def _checkpoint_tree(state: ServerState, client_states: ClientStates) -> dict[st
         if jax.tree.leaves(value):
             tree[name] = value
     return tree
-
-
-def _report(c: TrainConfig, scene: scenes.Scene, ag: np.ndarray | None,
-            personal: dict[str, np.ndarray], ap: personalize.Personalization | None,
-            mode: str) -> dict[str, Any]:
-    pmode = mode if mode in personal else next(iter(personal))
-    rows = []
-    for k, n in enumerate(scene.client_names):
-        rows.append({"client": n, "N": int(scene.train.counts[k]), "M": int(scene.test.counts[k]),
-                     "Ag": None if ag is None else float(ag[k]),
-                     "personal": float(personal[pmode][k]),
-                     "Ap": None if ap is None else float(ap.ap_per_client(mode)[k])})
-    report = {"scene": c.scene, "algorithm": c.algorithm, "rounds": c.rounds,
-              "Ag": None if ag is None else float(ag.mean()),
-              "personal": {k: float(v.mean()) for k, v in personal.items()},
-              "ap_mode": mode, "Ap": None if ap is None else ap.ap(mode), "clients": rows}
-    if ap is not None:
-        report["Ap_modes"] = {k: ap.ap(k) for k in sorted(ap.curve)}
-        report["Ap_t"] = ap.ap_t(mode).round(5).tolist()
-        report["ap_settings"] = {"n_Z": c.ap_evals, "z": c.ap_steps, "mu": c.ap_lr_mult}
-    return report
-
-
-def format_table(report: dict[str, Any]) -> str:
-    """Markdown table of Ag^k and Ap^k per client and the Avg row (Ag, Ap; Eq. 15-16), in
-    percent; "n/a" where the algorithm has no complete global model."""
-    pct = lambda v: "n/a" if v is None else f"{100 * v:.1f}"
-    alg, mode = report["algorithm"], report["ap_mode"]
-    lines = [f"| client | N^k | M^k | Ag^k ({alg}) | Ap^k ({alg}, {mode}) |",
-             "|---|---:|---:|---:|---:|"]
-    for r in report["clients"]:
-        lines.append(f"| {r['client']} | {r['N']} | {r['M']} | {pct(r['Ag'])} | "
-                     f"{pct(r['Ap'])} |")
-    lines.append(f"| Avg | | | {pct(report['Ag'])} | {pct(report['Ap'])} |")
-    return "\n".join(lines)
 
 
 def _hms(seconds: float) -> str:

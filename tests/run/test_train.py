@@ -26,7 +26,7 @@ def _quiet(_):
 
 def test_resume_ends_with_exactly_the_uninterrupted_parameters(tmp_path):
     full = train(TrainConfig(**TINY, rounds=3, out=str(tmp_path / "full")), log=_quiet)
-    train(TrainConfig(**TINY, rounds=1, out=str(tmp_path / "cut")), log=_quiet)
+    train(TrainConfig(**TINY, rounds=1, out=str(tmp_path / "cut"), ap=False), log=_quiet)
     resumed = train(TrainConfig(**TINY, rounds=3, out=str(tmp_path / "cut"), resume=True),
                     log=_quiet)
     chex.assert_trees_all_equal(full["params"], resumed["params"])
@@ -39,13 +39,13 @@ def test_resume_ends_with_exactly_the_uninterrupted_parameters(tmp_path):
 def test_kteps_resume_restores_the_private_leaves_exactly(tmp_path):
     cfg = dict(TINY, algorithm="kteps", furl_dim=2)
     full = train(TrainConfig(**cfg, rounds=2, out=str(tmp_path / "full")), log=_quiet)
-    train(TrainConfig(**cfg, rounds=1, out=str(tmp_path / "cut")), log=_quiet)
+    train(TrainConfig(**cfg, rounds=1, out=str(tmp_path / "cut"), ap=False), log=_quiet)
     config = tmp_path / "cut/config.json"  # a config written before a field existed
     old = json.loads(config.read_text())
     del old["lambda_kt"], old["ap_steps"]
     config.write_text(json.dumps(old))
-    resumed = train(TrainConfig(**cfg, rounds=2, out=str(tmp_path / "cut"), resume=True),
-                    log=_quiet)
+    resumed = train(TrainConfig(**cfg, rounds=2, out=str(tmp_path / "cut"), resume=True,
+                                ap=False), log=_quiet)
     chex.assert_trees_all_equal((full["params"], full["private"]),
                                 (resumed["params"], resumed["private"]))
     assert set(full["private"]) == {"private_projection", "private_classifier", "user"}
