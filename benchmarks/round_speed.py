@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sc.data.scenes import ClientArrays
-from fedjax_sc.models.text_classifier import TextClassifier, init_params
-from fedjax_sc.run.registry import ALGORITHMS, build_algorithm
+from fedjax_sc.models.text_classifier import init_params
+from fedjax_sc.run.registry import ALGORITHMS, SINGLE_BRANCH, build_algorithm
 from fedjax_sc.run.round import build_round, client_data, init_states
 
 
@@ -98,6 +98,33 @@ def torch_reference(args, steps: int) -> float | None:
     return args.clients * steps / (time.perf_counter() - t)
 
 
+def time_round(args, name: str, data) -> float:
+    """Compiles ``name``'s round, runs one warm-up and ``args.rounds`` timed rounds; returns
+    client-steps/s."""
+    algorithm = build_algorithm(name, vocab_size=args.vocab, num_classes=2,
+                                embed_dim=args.embed_dim, hidden=args.hidden,
+                                mlp_hidden=args.mlp_hidden)
+    state, clients = init_states(algorithm, init_params(algorithm.model, jax.random.key(0)),
+                                 args.clients)
+    fn = jax.jit(build_round(algorithm, batch_size=args.batch,
+                             local_epochs=args.local_epochs), donate_argnums=(0, 1))
+    t = time.perf_counter()
+    step = fn.lower(state, clients, data, jax.random.key(1)).compile()
+    print(f"{name}: compile {time.perf_counter() - t:.1f} s")
+    state, clients, m = step(state, clients, data, jax.random.key(1))  # warm-up round
+    jax.block_until_ready(state)
+    t = time.perf_counter()
+    steps = 0
+    for _ in range(args.rounds):
+        state, clients, m = step(state, clients, data, jax.random.key(1))
+        steps += int(np.asarray(m.steps).sum())
+    jax.block_until_ready(state)
+    seconds = time.perf_counter() - t
+    print(f"{name}: compiled round {steps / seconds:.1f} client-steps/s ({steps} client-steps "
+          f"in {seconds:.1f} s)")
+    return steps / seconds
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--clients", type=int, default=16)
@@ -112,8 +139,9 @@ def main() -> None:
     p.add_argument("--local-epochs", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2, help="timed rounds after compilation")
     p.add_argument("--dense-embedding", action="store_true")
-    p.add_argument("--algorithm", default="fedavg", choices=ALGORITHMS,
-                   help="which algorithm's round to time (FLOP figures: one-branch models)")
+    p.add_argument("--algorithm", nargs="+", default=["fedavg"], choices=ALGORITHMS,
+                   help="algorithms whose rounds to time, in one run; speeds are also given "
+                   "as ratios to the first (FLOP figures and PyTorch: first, one-branch)")
     p.add_argument("--torch-steps", type=int, default=10,
                    help="PyTorch steps per client for the same-run reference (0: skip)")
     args = p.parse_args()
@@ -121,37 +149,20 @@ def main() -> None:
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {args.clients} clients, "
           f"batch {args.batch}, L {args.max_len}, d {args.embed_dim}, hidden {args.hidden}, "
           f"V {args.vocab}, {'dense' if args.dense_embedding else 'local-vocabulary'} embedding")
-    algorithm = build_algorithm(args.algorithm, vocab_size=args.vocab, num_classes=2,
-                                embed_dim=args.embed_dim, hidden=args.hidden,
-                                mlp_hidden=args.mlp_hidden)
-    model = algorithm.model
-    state, clients = init_states(algorithm, init_params(model, jax.random.key(0)), args.clients)
     arrays = synthetic_arrays(args.clients, args.examples, args.max_len, args.vocab,
                               args.local_vocab)
     data = client_data(arrays, local_vocab=not args.dense_embedding)
-    fn = jax.jit(build_round(algorithm, batch_size=args.batch,
-                             local_epochs=args.local_epochs), donate_argnums=(0, 1))
-    t = time.perf_counter()
-    step = fn.lower(state, clients, data, jax.random.key(1)).compile()
-    print(f"compile: {time.perf_counter() - t:.1f} s")
-    state, clients, m = step(state, clients, data, jax.random.key(1))  # warm-up round
-    jax.block_until_ready(state)
-    t = time.perf_counter()
-    steps = 0
-    for _ in range(args.rounds):
-        state, clients, m = step(state, clients, data, jax.random.key(1))
-        steps += int(np.asarray(m.steps).sum())
-    jax.block_until_ready(state)
-    seconds = time.perf_counter() - t
-    rate = steps / seconds
+    rates = {name: time_round(args, name, data) for name in args.algorithm}
+    first = args.algorithm[0]
+    for name, rate in rates.items():
+        print(f"{name}: {rate / rates[first]:.2f}x the client-steps/s of {first} (same run)")
+    rate = rates[first]
+    if first not in SINGLE_BRANCH:
+        print("FLOP figures and the PyTorch reference describe one-branch models only")
+        return
     flops = model_flops_per_step(args.batch, args.max_len, args.embed_dim, args.hidden,
                                  args.mlp_hidden, 2)
     peak = matmul_flops()
-    print(f"compiled {args.algorithm} round: {rate:.1f} client-steps/s ({steps} client-steps in "
-          f"{seconds:.1f} s)")
-    if not isinstance(model, TextClassifier):
-        print("FLOP figures and the PyTorch reference describe the one-branch model only")
-        return
     print(f"model: {flops / 1e9:.2f} GFLOP per client-step -> {rate * flops / 1e9:.1f} GFLOP/s")
     print(f"large f32 matmul: {peak / 1e9:.1f} GFLOP/s -> model/matmul ratio "
           f"{rate * flops / peak:.2f}")
