@@ -5,7 +5,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import jax
 import pytest
+
+
+def pytest_configure(config):
+    """Share compiled XLA programs between tests: many build the same tiny round afresh
+    (a resumed run, the CLI, every algorithm), and compiling dominates the suite's time."""
+    cache = Path(config.rootpath) / ".pytest_cache" / "jax-compilation"
+    jax.config.update("jax_compilation_cache_dir", str(cache))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 # The corpus lives next to the checkout (../shared/data/fdu-mtl); never inside the repository.
 DEFAULT_FDU_DIR = Path(__file__).resolve().parents[1].parent / "shared/data/fdu-mtl"

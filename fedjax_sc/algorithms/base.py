@@ -59,18 +59,44 @@ GlobalPredict = Callable[[Params, jax.Array], jax.Array]
 built from the server's shared leaves alone (Ag, Eq. 14)."""
 
 
+GradientFn = Callable[[Params, Batch, jax.Array],
+                      tuple[tuple[jax.Array, dict[str, jax.Array]], Params]]
+"""``grad_fn(params, batch, rng) -> ((loss, aux), grads)``, the signature of
+``jax.value_and_grad(client_loss, has_aux=True)``."""
+
+
+class UploadContext(NamedTuple):
+    """What a client knows about its own upload besides the params (simulation plumbing).
+
+    Attributes:
+      row_masks: ``{"module/param": bool [rows]}``: for each word-embedding table of the
+        upload, True on the rows that belong to the client's local vocabulary V^k (the words
+        of its training data, paper Remark 3). A table without an entry has every row real
+        (the dense ``[V, d]`` table, Eq. 10 as printed).
+    """
+
+    row_masks: Mapping[str, jax.Array] = {}
+
+
+Diagnostics = dict[str, jax.Array]
+"""Float32 scalars an upload transform reports about one client's upload (e.g. the energy a
+compression keeps). They are simulation figures for the metrics, not part of the message."""
+
+
 class UploadTransform(NamedTuple):
     """A transform of what a client uploads, as a pair of pure functions (optax style).
 
     ``init(params) -> state`` builds the transform's state from the shared params (kept in the
-    server state, the same for every client); ``encode(params, state, rng) -> message`` runs
-    on the client on its trained shared leaves; ``decode(message, state) -> params`` runs on
-    the server on each client's message before aggregation. The message is what crosses the
-    network; it never holds a private leaf.
+    server state, the same for every client); ``encode(params, state, rng, context) ->
+    (message, diagnostics)`` runs on the client on its trained shared leaves (``context`` an
+    :class:`UploadContext`, or ``None`` for the server's full tables); ``decode(message,
+    state) -> params`` runs on the server on each client's message before aggregation and
+    returns params with the shapes the client encoded. The message is what crosses the
+    network; it never holds a private leaf (the round removes them before ``encode``).
     """
 
     init: Callable[[Params], Any]
-    encode: Callable[[Params, Any, jax.Array], Any]
+    encode: Callable[[Params, Any, jax.Array, UploadContext | None], tuple[Any, Diagnostics]]
     decode: Callable[[Any, Any], Params]
 
 
@@ -81,9 +107,9 @@ def identity_upload() -> UploadTransform:
         del params
         return ()
 
-    def encode(params, state, rng):
-        del state, rng
-        return params
+    def encode(params, state, rng, context=None):
+        del state, rng, context
+        return params, {}
 
     def decode(message, state):
         del state
@@ -97,22 +123,38 @@ def chain(*transforms: UploadTransform) -> UploadTransform:
 
     Transform i+1 sees transform i's message. The state is the tuple of the parts' states
     (part i+1's ``init`` gets part i's message of the initial params); transform i encodes
-    with ``fold_in(rng, i)``, so no two parts share a key.
+    with ``fold_in(rng, i)``, so no two parts share a key. Every part gets the same context;
+    the diagnostics are merged (a name reported twice raises ``ValueError``).
+
+    Example (KTEPS*, Li et al. 2021, Alg. 1 lines 13-14)::
+
+      chain(pca_compress(2, 150), gaussian_noise(0.01))
     """
 
     def init(params):
         states = []
         for t in transforms:
             states.append(t.init(params))
-            params = t.encode(params, states[-1], jax.random.key(0))
+            params, _ = t.encode(params, states[-1], jax.random.key(0), None)
         return tuple(states)
 
-    def encode(params, state, rng):
+    def check(state):
+        if not isinstance(state, tuple) or len(state) != len(transforms):
+            raise ValueError(f"chain of {len(transforms)} upload transforms got a state of "
+                             f"{len(state) if isinstance(state, tuple) else type(state)} parts")
+
+    def encode(params, state, rng, context=None):
+        check(state)
+        diagnostics: Diagnostics = {}
         for i, (t, s) in enumerate(zip(transforms, state)):
-            params = t.encode(params, s, jax.random.fold_in(rng, i))
-        return params
+            params, d = t.encode(params, s, jax.random.fold_in(rng, i), context)
+            if set(d) & set(diagnostics):
+                raise ValueError(f"two chained upload transforms report {set(d) & set(diagnostics)}")
+            diagnostics.update(d)
+        return params, diagnostics
 
     def decode(message, state):
+        check(state)
         for t, s in reversed(list(zip(transforms, state))):
             message = t.decode(message, s)
         return message
@@ -144,6 +186,10 @@ class Algorithm(NamedTuple):
       server_optimizer: ``None`` (the new global model is the aggregate) or an optax
         transformation applied to the pseudo-gradient ``params - aggregate`` (FedOpt, Reddi et
         al. 2021; ``optax.sgd(1.0)`` reproduces ``None`` up to rounding).
+      client_gradient: ``None`` (``jax.value_and_grad`` of the client loss) or a factory
+        ``client_loss -> GradientFn`` that the round uses for every local step instead, e.g.
+        DP-SGD's clipped, noised per-example gradients
+        (:func:`fedjax_sc.algorithms.dp_sgd.dp_sgd`).
     """
 
     name: str
@@ -157,3 +203,4 @@ class Algorithm(NamedTuple):
     leaf_rules: Mapping[str, str | Sequence[str]] | None = None
     upload: UploadTransform = identity_upload()
     server_optimizer: optax.GradientTransformation | None = None
+    client_gradient: Callable[[ClientLoss], GradientFn] | None = None

@@ -1,4 +1,4 @@
-"""Command line: ``fedjax-sc train ...`` (see ``fedjax-sc train --help``)."""
+"""Command line: ``fedjax-sc train|table7|probe ...`` (see ``fedjax-sc COMMAND --help``)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,50 @@ from fedjax_sc.run import configs
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedjax-sc", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
+    presets = "; ".join(f"{s}: {v}" for s, v in configs.SCENE_DEFAULTS.items())
     t = sub.add_parser(
         "train", help="federated training with Ag per round, checkpoints and a final report",
         description="Federated training. Options left out take the scene's paper preset: "
-        + "; ".join(f"{s}: {v}" for s, v in configs.SCENE_DEFAULTS.items()),
+        + presets, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    _train_arguments(t)
+    g = sub.add_parser(
+        "table7", help="KTEPS* over the Table 7 grid of PCA bands (resumable), with the "
+        "paper's figures beside ours",
+        description="Runs kteps_star for every d1 in --d1 and d2 in --d2-fraction x d, one "
+        "run directory each under --out (finished runs are skipped, unfinished ones resumed), "
+        "then prints and writes table7.md. Every train option applies to each run. Presets: "
+        + presets, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    _train_arguments(g, grid=True)
+    g.add_argument("--d1", type=int, nargs="+", default=[1, 2, 3, 6],
+                   help="first principal component kept (paper: 1 2 3 6)")
+    g.add_argument("--d2-fraction", type=float, nargs="+", default=[1.0, 0.75],
+                   help="last component kept, as a fraction of d (paper: 200 and 150 of 200)")
+    r = sub.add_parser(
+        "probe", help="privacy probe of the word-embedding upload (Fig. 5): top-K similar "
+        "words of a query in the Client, Server and Agg tables, I_ser and I_ag",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    r.add_argument("--out", required=True, help="a run directory of fedjax-sc train")
+    r.add_argument("--client", required=True, help="the client (FDU: its domain)")
+    r.add_argument("--word", default="man", help="the query word")
+    r.add_argument("--band", type=int, nargs=2, action="append", metavar=("D1", "D2"),
+                   help="a PCA band to probe; repeat for several (default: the run's)")
+    r.add_argument("--sigma", type=float, help="upload noise std (default: the run's)")
+    r.add_argument("--top-k", type=int, nargs="+", default=[10, 20, 50, 100])
+    return p
+
+
+def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     from fedjax_sc.run.train import ALGORITHMS, EMBEDDINGS, SCENES
     t.add_argument("--scene", choices=SCENES, default="synthetic")
     t.add_argument("--data-dir", help="corpus directory (fdu: the FDU-MTL folder; iyy: the "
                    "Tang et al. 2015 .ss files)")
-    t.add_argument("--algorithm", choices=ALGORITHMS, default="fedavg",
-                   help="fedavg; fedper / lg_fedavg (private classifier / private embedding "
-                   "and BiGRU); pfl_da (private model + gate); kteps (Li et al. 2021); "
-                   "arch_a/b/c (Table 8 ablation: private classifier / BiGRU+MLP / model)")
+    if not grid:
+        t.add_argument("--algorithm", choices=ALGORITHMS, default="fedavg",
+                       help="fedavg; fedper / lg_fedavg (private classifier / private "
+                       "embedding and BiGRU); pfl_da (private model + gate); kteps (Li et al. "
+                       "2021); kteps_star (KTEPS + PCA-compressed, noised upload; Alg. 1); "
+                       "arch_a/b/c (Table 8 ablation: private classifier / BiGRU+MLP / "
+                       "model)")
     t.add_argument("--rounds", type=int, help="federated rounds (paper: 50 fdu, 20 iyy)")
     t.add_argument("--local-epochs", type=int, default=2)
     t.add_argument("--batch-size", type=int, help="local batch size (paper: 8 fdu, 64 iyy)")
@@ -39,6 +70,23 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--temperature", type=float, default=0.25, help="T of Eq. 8")
     k.add_argument("--bandwidth", type=float,
                    help="HSIC Gaussian kernel sigma (default: median heuristic per batch)")
+    u = t.add_argument_group("upload privacy and compression (KTEPS*, Alg. 1; any algorithm)")
+    if not grid:
+        u.add_argument("--pca-band", type=int, nargs=2, metavar=("D1", "D2"),
+                       help="send the shared word embeddings projected on principal "
+                       "components D1..D2 of the client's local-vocabulary rows (Eq. 10-12); "
+                       "kteps_star's default: 2 and round(0.75 d), i.e. the paper's (2, 150) "
+                       "of d = 200, (2, 38) for d = 50")
+    u.add_argument("--no-pca-center", dest="pca_center", action="store_false",
+                   help="principal components of the uncentred rows (default: centred PCA)")
+    u.add_argument("--upload-noise", type=float, help="sigma of Gaussian noise added to "
+                   "every uploaded leaf after compression (kteps_star default 0.01, else 0)")
+    u.add_argument("--dp-clip", type=float, help="DP-SGD on the shared leaves: per-example "
+                   "clipping norm C (default: no DP-SGD)")
+    u.add_argument("--dp-noise", type=float, default=0.0,
+                   help="DP-SGD noise multiplier z (std z * C on the summed clipped gradient)")
+    u.add_argument("--dp-delta", type=float, default=1e-5,
+                   help="delta at which the report states each client's epsilon")
     t.add_argument("--furl-dim", type=int, default=0,
                    help="size of a FURL private user vector concatenated to the pooled "
                    "text feature (0: none)")
@@ -72,11 +120,13 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--synthetic-clients", type=int, default=4)
     t.add_argument("--synthetic-train", type=int, default=160, help="train reviews per client")
     t.add_argument("--synthetic-test", type=int, default=200, help="test reviews per client")
+    if grid:
+        t.add_argument("--out", default="runs/table7", help="folder of the grid's runs")
+        return
     t.add_argument("--out", default="runs/latest", help="output directory")
     t.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     t.add_argument("--overwrite", action="store_true",
                    help="replace an earlier run in --out (a folder holding config.json)")
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,13 +134,24 @@ def main(argv: list[str] | None = None) -> int:
     command = args.pop("command")
     if args.get("domains"):
         args["domains"] = tuple(args["domains"])
-    if command == "train":
-        from fedjax_sc.run.train import NonFiniteUpdateError, TrainConfig, train
-        try:
+    if args.get("pca_band"):
+        args["pca_band"] = tuple(args["pca_band"])
+    from fedjax_sc.run.train import NonFiniteUpdateError, TrainConfig, train
+    try:
+        if command == "train":
             train(TrainConfig(**args))
-        except (NonFiniteUpdateError, FileExistsError, FileNotFoundError, ValueError) as e:
-            print(f"fedjax-sc: error: {e}", file=sys.stderr)
-            return 1
+        elif command == "table7":
+            from fedjax_sc.run.table7 import run_grid
+            d1s, fractions = args.pop("d1"), args.pop("d2_fraction")
+            out = args.pop("out")
+            run_grid(TrainConfig(algorithm="kteps_star", **args), out, d1s, fractions)
+        elif command == "probe":
+            from fedjax_sc.run.probe import probe
+            probe(args["out"], args["client"], args["word"], bands=args["band"],
+                  sigma=args["sigma"], ks=args["top_k"])
+    except (NonFiniteUpdateError, FileExistsError, FileNotFoundError, ValueError) as e:
+        print(f"fedjax-sc: error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

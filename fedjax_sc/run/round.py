@@ -16,7 +16,8 @@ metrics)``:
    step on the pseudo-gradient ``params - aggregate``).
 
 Randomness: the round's key is ``fold_in(rng, server_state.round)``, client k's training key
-is ``fold_in(round_key, k)`` and its upload key ``fold_in(fold_in(round_key, UPLOAD_STREAM), k)``,
+is ``fold_in(round_key, k)`` and its upload key ``fold_in(fold_in(round_key, UPLOAD_STREAM),
+k)``,
 so a run resumed from a checkpoint replays exactly the same rounds.
 
 Local-vocabulary training is exact, not an approximation: a word that does not occur in a
@@ -41,7 +42,8 @@ from flax import traverse_util
 
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.aggregate import example_weights, weighted_mean_rows
-from fedjax_sc.algorithms.base import Algorithm, Batch, Params
+from fedjax_sc.algorithms.base import Algorithm, Batch, Params, UploadContext
+from fedjax_sc.data.vocab import PAD
 from fedjax_sc.models.text_classifier import TABLE_MODULES
 
 TABLE_PATHS = tuple((name, "embedding") for name in TABLE_MODULES)
@@ -219,7 +221,9 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
       ``mask`` bool ``[max_examples]``; the metrics fields are scalars. The loss of epoch e,
       batch j gets the key ``fold_in(fold_in(key, e), j)`` -- independent of padding too.
     """
-    loss_and_grad = jax.value_and_grad(algorithm.client_loss, has_aux=True)
+    loss_and_grad = (jax.value_and_grad(algorithm.client_loss, has_aux=True)
+                     if algorithm.client_gradient is None
+                     else algorithm.client_gradient(algorithm.client_loss))
     opt = algorithm.client_optimizer
 
     def client_update(params: Params, tokens, labels, mask, key):
@@ -255,6 +259,111 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
     return client_update
 
 
+class RoundParts(NamedTuple):
+    """The four stages of a round as separate (un-jitted) functions; :func:`build_round`
+    composes them. Researchers (and ``fedjax-sc probe``) call them one by one to look at
+    what a client trains, what it sends and what the server restores.
+
+    Attributes:
+      local_training: ``(server_state, client_states, clients, rng) -> (shared, client_states,
+        metrics)``: every client's local epochs under ``vmap``; ``shared`` holds each client's
+        trained shared leaves stacked ``[K, ...]`` (word-embedding tables as the client's
+        local rows ``[K, R, d]`` when ``clients.vocab_ids`` is set).
+      encode: ``(server_state, shared, clients, rng) -> (messages, diagnostics)``: every
+        client's upload transform; ``diagnostics`` ``{name: [K]}``.
+      decode: ``(server_state, messages) -> uploads``: the server's decoding of each message,
+        same structure as ``shared``.
+      aggregate: ``(server_state, uploads, clients) -> server_state``: weighted mean with
+        N^k / N (tables by rows when local), then the server update.
+    """
+
+    local_training: Callable
+    encode: Callable
+    decode: Callable
+    aggregate: Callable
+
+
+def row_masks(clients: ClientData) -> jax.Array | None:
+    """bool ``[K, R]``: True on the entries of ``clients.vocab_ids`` that are words of V^k
+    (the padding of ``vocab_ids`` and the ``PAD`` row excluded); ``None`` without
+    ``vocab_ids``. These are the rows a client uploads and the server aggregates."""
+    if clients.vocab_ids is None:
+        return None
+    return clients.vocab_mask & (clients.vocab_ids != PAD)
+
+
+def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
+                      table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS) -> RoundParts:
+    """The stages of :func:`build_round` (same arguments and errors)."""
+    if batch_size < 1 or local_epochs < 1:
+        raise ValueError(f"batch_size and local_epochs must be >= 1, got {batch_size}, "
+                         f"{local_epochs}")
+    client_update = build_client_update(algorithm, batch_size=batch_size,
+                                        local_epochs=local_epochs)
+    upload = algorithm.upload
+
+    def tables(params, clients):
+        """The table paths of ``params`` trained by rows (none without local vocabularies)."""
+        if clients.vocab_ids is None:
+            return []
+        return [p for p in table_paths if _has_leaf(params, p)]
+
+    def local_training(state: ServerState, client_states: ClientStates, clients: ClientData,
+                       rng: jax.Array):
+        round_key = jax.random.fold_in(rng, state.round)
+        keys = jax.vmap(lambda k: jax.random.fold_in(round_key, k))(
+            jnp.arange(clients.num_clients))
+        shared_tables = tables(state.params, clients)
+        private_tables = tables(client_states.private, clients)
+
+        def one_client(private, ids, vmask, tokens, labels, mask, key):
+            params = masking.merge(state.params, private)
+            # work on the rows of V^k only (exact, see the module docstring)
+            params = gather_rows(params, ids, shared_tables + private_tables)
+            params, metrics = client_update(params, tokens, labels, mask, key)
+            shared, new_private = split_private(algorithm, params)
+            new_private = scatter_rows(new_private, private, ids, vmask, private_tables)
+            return shared, new_private, metrics
+
+        vocab_ids, vocab_mask = ((clients.vocab_ids, clients.vocab_mask)
+                                 if clients.vocab_ids is not None else
+                                 (jnp.zeros((clients.num_clients, 1), jnp.int32),) * 2)
+        shared, private, metrics = jax.vmap(one_client)(
+            client_states.private, vocab_ids, vocab_mask, clients.tokens, clients.labels,
+            clients.mask, keys)
+        return shared, ClientStates(private), metrics
+
+    def encode(state: ServerState, shared: Params, clients: ClientData, rng: jax.Array):
+        upload_key = jax.random.fold_in(jax.random.fold_in(rng, state.round), UPLOAD_STREAM)
+        keys = jax.vmap(lambda k: jax.random.fold_in(upload_key, k))(
+            jnp.arange(clients.num_clients))
+        masks = row_masks(clients)
+        keyed = {"/".join(p): masks for p in tables(state.params, clients)}
+        return jax.vmap(lambda params, key, m: upload.encode(
+            params, state.upload_state, key, UploadContext(m)))(shared, keys, keyed)
+
+    def decode(state: ServerState, messages):
+        return jax.vmap(lambda m: upload.decode(m, state.upload_state))(messages)
+
+    def aggregate(state: ServerState, uploads: Params, clients: ClientData) -> ServerState:
+        weights = example_weights(clients.counts)
+        flat = traverse_util.flatten_dict(uploads)
+        by_rows = {p: flat.pop(p) for p in tables(state.params, clients)}
+        params = algorithm.aggregator(traverse_util.unflatten_dict(flat), weights)
+        params = masking.merge(params, traverse_util.unflatten_dict({
+            p: weighted_mean_rows(get_leaf(state.params, p), clients.vocab_ids, rows,
+                                  row_masks(clients), weights) for p, rows in by_rows.items()}))
+        opt_state = state.opt_state
+        if algorithm.server_optimizer is not None:  # FedOpt: a step on params - aggregate
+            pseudo_grad = jax.tree.map(jnp.subtract, state.params, params)
+            updates, opt_state = algorithm.server_optimizer.update(pseudo_grad, opt_state,
+                                                                   state.params)
+            params = optax.apply_updates(state.params, updates)
+        return ServerState(params, state.round + 1, opt_state, state.upload_state)
+
+    return RoundParts(local_training, encode, decode, aggregate)
+
+
 def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
                 table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS
                 ) -> Callable[[ServerState, ClientStates, ClientData, jax.Array],
@@ -271,60 +380,26 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
     Returns:
       ``round_step(server_state, client_states, clients, rng) -> (server_state,
       client_states, RoundMetrics)`` where ``rng`` is the run's root key (the round number is
-      folded in). Build the initial states with :func:`init_states`.
+      folded in). The upload transform's diagnostics join ``RoundMetrics.aux``. Build the
+      initial states with :func:`init_states`; the stages are :func:`build_round_parts`.
 
     Raises:
       ValueError: if batch_size or local_epochs < 1.
     """
-    if batch_size < 1 or local_epochs < 1:
-        raise ValueError(f"batch_size and local_epochs must be >= 1, got {batch_size}, "
-                         f"{local_epochs}")
-    client_update = build_client_update(algorithm, batch_size=batch_size,
-                                        local_epochs=local_epochs)
-    upload = algorithm.upload
+    parts = build_round_parts(algorithm, batch_size=batch_size, local_epochs=local_epochs,
+                              table_paths=table_paths)
 
     def round_step(state: ServerState, client_states: ClientStates, clients: ClientData,
                    rng: jax.Array):
-        round_key = jax.random.fold_in(rng, state.round)
-        clients_idx = jnp.arange(clients.num_clients)
-        keys = jax.vmap(lambda k: jax.random.fold_in(round_key, k))(clients_idx)
-        upload_key = jax.random.fold_in(round_key, UPLOAD_STREAM)
-        upload_keys = jax.vmap(lambda k: jax.random.fold_in(upload_key, k))(clients_idx)
-        weights = example_weights(clients.counts)
-        local_rows = clients.vocab_ids is not None
-        shared_tables = [p for p in table_paths if local_rows and _has_leaf(state.params, p)]
-        private_tables = [p for p in table_paths
-                          if local_rows and _has_leaf(client_states.private, p)]
-
-        def one_client(private, ids, vmask, tokens, labels, mask, key, up_key):
-            params = masking.merge(state.params, private)
-            # work on the rows of V^k only (exact, see the module docstring)
-            params = gather_rows(params, ids, shared_tables + private_tables)
-            params, metrics = client_update(params, tokens, labels, mask, key)
-            shared, new_private = split_private(algorithm, params)
-            new_private = scatter_rows(new_private, private, ids, vmask, private_tables)
-            return upload.encode(shared, state.upload_state, up_key), new_private, metrics
-
-        vocab_ids, vocab_mask = ((clients.vocab_ids, clients.vocab_mask) if local_rows else
-                                 (jnp.zeros((clients.num_clients, 1), jnp.int32),) * 2)
-        messages, private, metrics = jax.vmap(one_client)(
-            client_states.private, vocab_ids, vocab_mask, clients.tokens, clients.labels,
-            clients.mask, keys, upload_keys)
-        uploads = jax.vmap(lambda m: upload.decode(m, state.upload_state))(messages)
-        flat = traverse_util.flatten_dict(uploads)
-        tables = {p: flat.pop(p) for p in shared_tables}  # tables are aggregated by rows
-        aggregate = algorithm.aggregator(traverse_util.unflatten_dict(flat), weights)
-        aggregate = masking.merge(aggregate, traverse_util.unflatten_dict({
-            p: weighted_mean_rows(get_leaf(state.params, p), clients.vocab_ids, rows,
-                                  clients.vocab_mask, weights) for p, rows in tables.items()}))
-        params, opt_state = aggregate, state.opt_state
-        if algorithm.server_optimizer is not None:  # FedOpt: a step on params - aggregate
-            pseudo_grad = jax.tree.map(jnp.subtract, state.params, aggregate)
-            updates, opt_state = algorithm.server_optimizer.update(pseudo_grad, opt_state,
-                                                                   state.params)
-            params = optax.apply_updates(state.params, updates)
-        return (ServerState(params, state.round + 1, opt_state, state.upload_state),
-                ClientStates(private), metrics)
+        shared, client_states, metrics = parts.local_training(state, client_states, clients,
+                                                              rng)
+        messages, diagnostics = parts.encode(state, shared, clients, rng)
+        new_state = parts.aggregate(state, parts.decode(state, messages), clients)
+        if set(diagnostics) & set(metrics.aux):
+            raise ValueError(f"upload diagnostics {sorted(diagnostics)} collide with the "
+                             f"client loss's aux {sorted(metrics.aux)}")
+        metrics = metrics._replace(aux={**metrics.aux, **diagnostics})
+        return new_state, client_states, metrics
 
     return round_step
 

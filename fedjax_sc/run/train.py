@@ -19,17 +19,19 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from fedjax_sc.algorithms import dp_sgd
+from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.data import scenes
 from fedjax_sc.data.corpus import FDU_DOMAINS
 from fedjax_sc.models.text_classifier import init_params
-from fedjax_sc.run import configs, personalize
+from fedjax_sc.run import communication, configs, personalize
 from fedjax_sc.run.evaluate import make_evaluate, make_personal_evaluate
 from fedjax_sc.run.registry import ALGORITHMS, build_algorithm
 from fedjax_sc.run.report import format_table, make_report
@@ -63,6 +65,16 @@ class TrainConfig:
       temperature: KTEPS T of Eq. 8 (paper 0.25).
       bandwidth: HSIC Gaussian kernel sigma; None = median heuristic per batch.
       furl_dim: size of FURL's private user vector (0: none).
+      pca_band: (d1, d2), upload the shared word embeddings projected on principal components
+        d1..d2 (KTEPS*, Eq. 10-12); kteps_star's default keeps the paper's proportions
+        (d = 50: (2, 38)); None for the others = no compression.
+      pca_center: centre the rows before the PCA (standard PCA; the projection itself is
+        Eq. 11 as printed).
+      upload_noise: sigma of the Gaussian noise on every uploaded leaf (Alg. 1 line 14);
+        kteps_star's default 0.01, the others' 0.
+      dp_clip: DP-SGD per-example clipping norm C on the shared leaves (None: no DP-SGD).
+      dp_noise: DP-SGD noise multiplier z (noise std z * C on the summed clipped gradient).
+      dp_delta: the delta at which the report states each client's epsilon.
       ap: run the personalisation phase (Ap, Eq. 16) after the last round.
       ap_evals: n_Z, evaluations during fine-tuning (paper Fig. 4: 25).
       ap_steps: z, fine-tuning steps between evaluations (not given by the paper; 10).
@@ -99,6 +111,12 @@ class TrainConfig:
     temperature: float = 0.25
     bandwidth: float | None = None
     furl_dim: int = 0
+    pca_band: tuple[int, int] | None = None
+    pca_center: bool = True
+    upload_noise: float | None = None
+    dp_clip: float | None = None
+    dp_noise: float = 0.0
+    dp_delta: float = 1e-5
     ap: bool = True
     ap_evals: int = personalize.DEFAULT_NUM_EVALS
     ap_steps: int = personalize.DEFAULT_STEPS_PER_EVAL
@@ -156,6 +174,22 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(c, name)}")
         if c.ap_lr_mult < 0:
             raise ValueError(f"ap_lr_mult must be >= 0, got {c.ap_lr_mult}")
+        if c.algorithm == "kteps_star":
+            from fedjax_sc.algorithms.kteps_star import PAPER_SIGMA, default_band
+            c.pca_band = c.pca_band or default_band(c.embed_dim)
+            c.upload_noise = PAPER_SIGMA if c.upload_noise is None else c.upload_noise
+        c.upload_noise = c.upload_noise or 0.0
+        if c.pca_band is not None:
+            c.pca_band = tuple(int(x) for x in c.pca_band)
+            if len(c.pca_band) != 2 or not 1 <= c.pca_band[0] <= c.pca_band[1] <= c.embed_dim:
+                raise ValueError(f"pca_band must be (d1, d2) with 1 <= d1 <= d2 <= d = "
+                                 f"{c.embed_dim}, got {c.pca_band}")
+        if c.upload_noise < 0 or c.dp_noise < 0:
+            raise ValueError("upload_noise and dp_noise must be >= 0")
+        if c.dp_clip is not None and not c.dp_clip > 0:
+            raise ValueError(f"dp_clip must be > 0, got {c.dp_clip}")
+        if not 0 < c.dp_delta < 1:
+            raise ValueError(f"dp_delta must lie in (0, 1), got {c.dp_delta}")
         return c
 
 
@@ -198,6 +232,54 @@ def _check_out_dir(out: Path, c: TrainConfig) -> None:
         raise ValueError(f"--resume with a different configuration than {saved}: {diff}")
 
 
+class Setup(NamedTuple):
+    """A run's algorithm and round-0 states, rebuilt from its resolved config."""
+
+    algorithm: Algorithm
+    state: ServerState
+    client_states: ClientStates
+    root: jax.Array
+    train_key: jax.Array
+
+
+def build_setup(c: TrainConfig, scene: scenes.Scene,
+                log: Callable[[str], None] = print) -> Setup:
+    """The algorithm ``c`` names for ``scene`` and its initial states (GloVe-initialised when
+    ``c.embeddings`` says so); the same for a fresh run, a resumed one and ``fedjax-sc probe``.
+    """
+    algorithm = build_algorithm(
+        c.algorithm, vocab_size=len(scene.vocab), num_classes=scene.num_classes,
+        embed_dim=c.embed_dim, hidden=c.hidden, mlp_hidden=c.mlp_hidden, furl_dim=c.furl_dim,
+        learning_rate=c.lr, momentum=c.momentum, embedding_learning_rate=c.embedding_lr,
+        lambda_kt=c.lambda_kt, lambda_div=c.lambda_div, temperature=c.temperature,
+        bandwidth=c.bandwidth, pca_band=c.pca_band, pca_center=c.pca_center,
+        upload_noise=c.upload_noise, dp_clip=c.dp_clip, dp_noise=c.dp_noise)
+    matrix = None
+    if c.embeddings == "glove-6b-50d":
+        from fedjax_sc.data.embeddings import glove_6b_50d
+        emb = glove_6b_50d(scene.vocab, seed=c.seed)
+        matrix = emb.matrix
+        log(f"GloVe 6B 50d: {emb.num_found} of {len(scene.vocab) - 2} words found "
+            f"(coverage {emb.coverage:.1%}); the rest get small random vectors")
+    root = jax.random.key(c.seed)
+    init_key, train_key = jax.random.split(root)
+    state, client_states = init_states(algorithm, init_params(algorithm.model, init_key, matrix),
+                                       scene.num_clients)
+    return Setup(algorithm, state, client_states, root, train_key)
+
+
+def restore_checkpoint(ckpt: ocp.CheckpointManager, step: int, state: ServerState,
+                       client_states: ClientStates) -> tuple[ServerState, ClientStates]:
+    """The states saved at round ``step``, restored into the structure of the given ones."""
+    restored = ckpt.restore(step, args=ocp.args.StandardRestore(
+        _checkpoint_tree(state, client_states)))
+    # a state without leaves is not saved: keep the template's (empty) structure for it
+    return (ServerState(restored["params"], restored["round"],
+                        restored.get("opt_state", state.opt_state),
+                        restored.get("upload_state", state.upload_state)),
+            ClientStates(restored.get("private", client_states.private)))
+
+
 def _read_metrics(path: Path, upto: int) -> list[dict]:
     if not path.exists():
         return []
@@ -233,23 +315,9 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
         f"L = {scene.max_len}, N = {int(scene.train.counts.sum())} train / "
         f"{int(scene.test.counts.sum())} test reviews ({time.perf_counter() - t0:.1f} s)")
 
-    algorithm = build_algorithm(
-        c.algorithm, vocab_size=len(scene.vocab), num_classes=scene.num_classes,
-        embed_dim=c.embed_dim, hidden=c.hidden, mlp_hidden=c.mlp_hidden, furl_dim=c.furl_dim,
-        learning_rate=c.lr, momentum=c.momentum, embedding_learning_rate=c.embedding_lr,
-        lambda_kt=c.lambda_kt, lambda_div=c.lambda_div, temperature=c.temperature,
-        bandwidth=c.bandwidth)
-    matrix = None
-    if c.embeddings == "glove-6b-50d":
-        from fedjax_sc.data.embeddings import glove_6b_50d
-        emb = glove_6b_50d(scene.vocab, seed=c.seed)
-        matrix = emb.matrix
-        log(f"GloVe 6B 50d: {emb.num_found} of {len(scene.vocab) - 2} words found "
-            f"(coverage {emb.coverage:.1%}); the rest get small random vectors")
-    root = jax.random.key(c.seed)
-    init_key, train_key = jax.random.split(root)
-    state, client_states = init_states(algorithm, init_params(algorithm.model, init_key, matrix),
-                                       scene.num_clients)
+    setup = build_setup(c, scene, log)
+    algorithm, state, client_states = setup.algorithm, setup.state, setup.client_states
+    root, train_key = setup.root, setup.train_key
     train_data = client_data(scene.train, local_vocab=c.local_vocab)
     test_data = client_data(scene.test)
     has_private = bool(jax.tree.leaves(client_states.private))
@@ -257,6 +325,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
                    else make_evaluate(algorithm.global_predict))
     personal_eval = make_personal_evaluate(algorithm.predict) if has_private else None
     mode = c.ap_mode or algorithm.default_mode
+    comm = communication.account(algorithm, state, train_data).summary()
+    log(communication.describe(comm))
 
     ckpt = ocp.CheckpointManager(out.resolve() / "checkpoints",
                                  options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
@@ -266,11 +336,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
         if start > c.rounds:
             raise ValueError(f"--resume: the checkpoint is at round {start}, past --rounds "
                              f"{c.rounds}")
-        restored = ckpt.restore(start, args=ocp.args.StandardRestore(
-            _checkpoint_tree(state, client_states)))
-        state = ServerState(restored["params"], restored["round"],
-                            restored.get("opt_state", ()), restored.get("upload_state", ()))
-        client_states = ClientStates(restored.get("private", {}))
+        state, client_states = restore_checkpoint(ckpt, start, state, client_states)
         log(f"resumed from {out / 'checkpoints'} at round {start}")
     metrics_path = out / "metrics.jsonl"
     history = _read_metrics(metrics_path, start)
@@ -316,7 +382,9 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
                "seconds": seconds, "client_steps_per_s": steps / seconds,
                "train_loss_per_client": np.asarray(m.train_loss).round(5).tolist(),
                "Ag_per_client": None if ag is None else ag.round(5).tolist(),
-               "aux": {k: float(np.mean(v)) for k, v in m.aux.items()}}
+               "aux": {k: float(np.mean(v)) for k, v in m.aux.items()},
+               "aux_per_client": {k: np.asarray(v).round(5).tolist() for k, v in m.aux.items()},
+               "communication": comm}
         if personal is not None:
             row["personal"] = {k: float(v.mean()) for k, v in personal.items()}
             row["personal_per_client"] = personal[mode].round(5).tolist()
@@ -345,13 +413,37 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
         personal = {"full": ag}
 
     report = make_report(c, scene, ag, personal, ap, mode)
+    report["communication"] = comm
+    if c.dp_clip is not None:
+        report["dp"] = dp_report(c, scene)
+        log(f"DP-SGD: {report['dp']['note']}")
     (out / "report.json").write_text(json.dumps(report, indent=2))
-    table = format_table(report)
+    table = format_table(report) + "\n\n" + communication.describe(comm)
     (out / "report.md").write_text(table + "\n")
     log(table)
     report["params"] = state.params
     report["private"] = client_states.private
     return report
+
+
+def dp_report(c: TrainConfig, scene: scenes.Scene) -> dict[str, Any]:
+    """Each client's DP-SGD privacy after ``c.rounds`` rounds: noise multiplier z, sampling
+    rate q = B / N^k, local steps and epsilon at ``c.dp_delta`` (RDP accountant of
+    ``dp-accounting``; ``None`` when it is not installed, with the reason in ``note``)."""
+    counts = np.asarray(scene.train.counts)
+    steps = [c.rounds * c.local_epochs * math.ceil(int(n) / c.batch_size) for n in counts]
+    rates = [min(1.0, c.batch_size / max(int(n), 1)) for n in counts]
+    eps = [dp_sgd.epsilon(c.dp_noise, q, t, c.dp_delta) for q, t in zip(rates, steps)]
+    if any(e is None for e in eps):
+        note = (f"z = {c.dp_noise}, C = {c.dp_clip}, q = B/N^k in [{min(rates):.4f}, "
+                f"{max(rates):.4f}]; epsilon not computed: dp-accounting is not installed "
+                f"(pip install 'fedjax_sc[dp]')")
+    else:
+        note = (f"z = {c.dp_noise}, C = {c.dp_clip}: epsilon in [{min(eps):.3g}, "
+                f"{max(eps):.3g}] at delta = {c.dp_delta} per client (RDP, Poisson-sampling "
+                f"approximation)")
+    return {"noise_multiplier": c.dp_noise, "l2_norm_clip": c.dp_clip, "delta": c.dp_delta,
+            "sampling_rate": rates, "steps": steps, "epsilon": eps, "note": note}
 
 
 def _personalize(c: TrainConfig, algorithm, state, client_states, train_data, test_data, root,

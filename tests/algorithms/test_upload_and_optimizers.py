@@ -14,15 +14,15 @@ def _scale(factor):
     """Multiplies by ``factor`` on the client and divides on the server; records keys."""
     def init(params):
         return jnp.asarray(factor, jnp.float32)
-    def encode(params, state, rng):
-        return jax.tree.map(lambda x: x * state, params)
+    def encode(params, state, rng, context=None):
+        return jax.tree.map(lambda x: x * state, params), {}
     def decode(message, state):
         return jax.tree.map(lambda x: x / state, message)
     return UploadTransform(init, encode, decode)
 
 
 def _shift(amount):
-    return UploadTransform(lambda p: (), lambda p, s, r: jax.tree.map(lambda x: x + amount, p),
+    return UploadTransform(lambda p: (), lambda p, s, r, c=None: (jax.tree.map(lambda x: x + amount, p), {}),
                            lambda m, s: jax.tree.map(lambda x: x - amount, m))
 
 
@@ -30,10 +30,12 @@ def test_chain_encodes_in_order_and_decodes_in_reverse():
     params = {"a": jnp.arange(3.0), "b": {"c": jnp.ones((2, 2))}}
     t = chain(_scale(2.0), _shift(1.0), identity_upload())
     state = t.init(params)
-    message = t.encode(params, state, jax.random.key(0))
+    message, diagnostics = t.encode(params, state, jax.random.key(0))
+    assert diagnostics == {}
     chex.assert_trees_all_close(message["a"], jnp.arange(3.0) * 2 + 1)
     chex.assert_trees_all_close(t.decode(message, state), params)
-    chex.assert_trees_all_equal(identity_upload().encode(params, (), jax.random.key(1)), params)
+    chex.assert_trees_all_equal(identity_upload().encode(params, (), jax.random.key(1))[0],
+                                params)
 
 
 @pytest.mark.parametrize("momentum", [0.0, 0.9])

@@ -216,9 +216,9 @@ def test_upload_message_never_holds_a_private_leaf(scene, model):
     from fedjax_sc.algorithms.masking import leaf_paths
     seen = []
 
-    def encode(params, state, rng):
+    def encode(params, state, rng, context=None):
         seen.append(leaf_paths(params))  # runs at trace time: the message's structure
-        return params
+        return params, {}
 
     recorder = UploadTransform(lambda p: (), encode, lambda m, s: m)
     alg = fedavg(model, 0.1)._replace(leaf_rules=FEDPER_RULES, upload=recorder)

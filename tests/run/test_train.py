@@ -36,8 +36,10 @@ def test_resume_ends_with_exactly_the_uninterrupted_parameters(tmp_path):
     assert resumed["Ap"] == full["Ap"]
 
 
-def test_kteps_resume_restores_the_private_leaves_exactly(tmp_path):
-    cfg = dict(TINY, algorithm="kteps", furl_dim=2)
+def test_kteps_star_resume_restores_private_leaves_and_upload_chain_exactly(tmp_path):
+    # kteps_star: the chained upload's state has no leaves and is not saved; a resume must
+    # still compress and noise (a regression once sent the table as it is)
+    cfg = dict(TINY, algorithm="kteps_star", furl_dim=2)
     full = train(TrainConfig(**cfg, rounds=2, out=str(tmp_path / "full")), log=_quiet)
     train(TrainConfig(**cfg, rounds=1, out=str(tmp_path / "cut"), ap=False), log=_quiet)
     config = tmp_path / "cut/config.json"  # a config written before a field existed
@@ -53,7 +55,9 @@ def test_kteps_resume_restores_the_private_leaves_exactly(tmp_path):
     ap_rows = _rows(tmp_path / "full/metrics.jsonl", "ap")
     assert [r["t"] for r in ap_rows] == [0, 1, 2] and [r["steps"] for r in ap_rows] == [0, 2, 4]
     assert full["Ap"] == pytest.approx(np.mean([r["Ap_t"]["sp"] for r in ap_rows[1:]]))
-    assert {"kt", "div", "ce_private"} <= set(_rows(tmp_path / "full/metrics.jsonl")[0]["aux"])
+    assert {"kt", "div", "ce_private", "energy_kept"} <= set(
+        _rows(tmp_path / "full/metrics.jsonl")[0]["aux"])
+    assert "energy_kept" in _rows(tmp_path / "cut/metrics.jsonl")[1]["aux"]
     with pytest.raises(ValueError, match="different configuration"):
         train(TrainConfig(**{**cfg, "lambda_kt": 0.5}, rounds=3, out=str(tmp_path / "cut"),
                           resume=True), log=_quiet)

@@ -1,0 +1,137 @@
+"""What a round costs on the wire, per client (Li et al. 2021, Sec. 4.2.2 and Remark 3).
+
+Counts follow the shapes of what is actually exchanged, obtained with ``jax.eval_shape`` of
+the algorithm's upload transform (nothing is run):
+
+* **download**: the server's shared leaves a client receives; with local vocabularies only
+  the rows of V^k of each word-embedding table (Remark 3), otherwise the whole ``[V, d]``.
+* **upload, dense**: the client's trained shared leaves as the identity upload would send them
+  (tables: ``|V^k| x d``, or ``V x d`` without local vocabularies).
+* **upload, sent**: the algorithm's message. A table compressed by
+  :func:`~fedjax_sc.algorithms.compression.pca_compress` costs ``(|V^k| + d)(d2 - d1 + 1)``
+  floats (``theta_E^k U^k`` and ``U^k``); other leaves their size.
+
+Floats are counted by element, bytes as elements times the dtype's size (float32: 4). With local
+vocabularies the client also tells the server which rows it sends: ``|V^k|`` int32 row ids,
+reported separately as ``row_id_bytes`` (the paper's O(.) formulas leave them out). |V^k| counts
+the words of the client's training data plus ``<unk>`` when it occurs (``PAD`` excluded).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+from flax import traverse_util
+
+from fedjax_sc.algorithms.base import Algorithm, UploadContext
+from fedjax_sc.algorithms.compression import Compressed
+from fedjax_sc.run.round import TABLE_PATHS, ClientData, ServerState, get_leaf, row_masks
+
+
+class Communication(NamedTuple):
+    """Per-client figures of one round (int64 numpy ``[K]``; the same every round).
+
+    Attributes:
+      download_floats / download_bytes: what the client receives.
+      upload_dense_floats / upload_dense_bytes: the shared leaves uncompressed.
+      upload_sent_floats / upload_sent_bytes: the algorithm's message.
+      row_id_bytes: the int32 ids of the table rows sent (0 without local vocabularies).
+    """
+
+    download_floats: np.ndarray
+    download_bytes: np.ndarray
+    upload_dense_floats: np.ndarray
+    upload_dense_bytes: np.ndarray
+    upload_sent_floats: np.ndarray
+    upload_sent_bytes: np.ndarray
+    row_id_bytes: np.ndarray
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready per-client lists plus the means in MB (10^6 bytes) per client and round
+        and the compression ratio sent / dense."""
+        out: dict[str, Any] = {k: np.asarray(v).tolist() for k, v in self._asdict().items()}
+        for name in ("download", "upload_dense", "upload_sent"):
+            out[f"{name}_MB_mean"] = float(np.mean(getattr(self, f"{name}_bytes")) / 1e6)
+        out["upload_sent_over_dense"] = float(np.sum(self.upload_sent_bytes)
+                                              / max(np.sum(self.upload_dense_bytes), 1))
+        return out
+
+
+def count(tree: Any, table_rows: dict[str, int]) -> tuple[int, int]:
+    """``(floats, bytes)`` of a params-like tree (arrays or shape structs).
+
+    A word-embedding table (its ``/``-joined path a key of ``table_rows``) counts
+    ``table_rows[path]`` rows: a ``[R, d]`` leaf ``rows x d``, a :class:`Compressed` one
+    ``rows x m + d x m``. Every other leaf counts its size.
+    """
+    floats = nbytes = 0
+    flat = traverse_util.flatten_dict(tree, is_leaf=lambda _, x: isinstance(x, Compressed))
+    for path, leaf in flat.items():
+        rows = table_rows.get("/".join(path))
+        if rows is None:
+            parts = [(leaf.size, leaf.dtype)] if not isinstance(leaf, Compressed) else [
+                (x.size, x.dtype) for x in leaf]
+        elif isinstance(leaf, Compressed):
+            m = leaf.basis.shape[1]
+            parts = [(rows * m, leaf.coefficients.dtype), (leaf.basis.size, leaf.basis.dtype)]
+        else:
+            parts = [(rows * int(np.prod(leaf.shape[1:])), leaf.dtype)]
+        for n, dtype in parts:
+            floats += int(n)
+            nbytes += int(n) * np.dtype(dtype).itemsize
+    return floats, nbytes
+
+
+def account(algorithm: Algorithm, state: ServerState, clients: ClientData,
+            table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS) -> Communication:
+    """Per-client communication of one round of ``algorithm`` on ``clients`` (train split).
+
+    Args:
+      algorithm: the algorithm (its upload transform decides the message).
+      state: the server state (its shared params' shapes).
+      clients: the clients' training data; ``vocab_ids`` set means local vocabularies.
+      table_paths: word-embedding table paths.
+
+    Returns:
+      The :class:`Communication` figures.
+    """
+    params = state.params
+    flat = traverse_util.flatten_dict(params)
+    tables = ["/".join(p) for p in table_paths if p in flat]
+    masks = row_masks(clients)
+    if masks is None:
+        rows_per_client = [{t: int(get_leaf(params, tuple(t.split("/"))).shape[0])
+                            for t in tables}] * clients.num_clients
+        local = params
+        context = UploadContext()
+    else:
+        per_client = np.asarray(masks).sum(axis=1)
+        rows_per_client = [{t: int(n) for t in tables} for n in per_client]
+        width = masks.shape[1]
+        local = traverse_util.unflatten_dict({
+            p: (jax.ShapeDtypeStruct((width,) + v.shape[1:], v.dtype)
+                if "/".join(p) in tables else v) for p, v in flat.items()})
+        context = UploadContext({t: jax.ShapeDtypeStruct((width,), bool) for t in tables})
+    struct = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), local)
+    message, _ = jax.eval_shape(
+        lambda p, c: algorithm.upload.encode(p, state.upload_state, jax.random.key(0), c),
+        struct, context)
+    figures = {k: [] for k in Communication._fields}
+    for rows in rows_per_client:
+        for name, tree in (("download", struct), ("upload_dense", struct),
+                           ("upload_sent", message)):
+            n, b = count(tree, rows)
+            figures[f"{name}_floats"].append(n)
+            figures[f"{name}_bytes"].append(b)
+        figures["row_id_bytes"].append(0 if masks is None else 4 * sum(rows.values()))
+    return Communication(**{k: np.asarray(v, np.int64) for k, v in figures.items()})
+
+
+def describe(summary: dict[str, Any]) -> str:
+    """One line for logs and reports from :meth:`Communication.summary`."""
+    return (f"communication per client and round (mean over clients): download "
+            f"{summary['download_MB_mean']:.3f} MB; upload {summary['upload_sent_MB_mean']:.3f} "
+            f"MB sent of {summary['upload_dense_MB_mean']:.3f} MB dense "
+            f"(x{summary['upload_sent_over_dense']:.3f})")

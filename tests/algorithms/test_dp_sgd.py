@@ -1,0 +1,76 @@
+"""DP-SGD on the shared leaves: per-example clipping, noise scale, private leaves untouched."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_sc.algorithms import masking
+from fedjax_sc.algorithms.base import Batch
+from fedjax_sc.algorithms.dp_sgd import dp_gradient, epsilon
+from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.algorithms.fedper import RULES as FEDPER_RULES
+from fedjax_sc.models.text_classifier import TextClassifier, init_params
+
+MODEL = TextClassifier(vocab_size=20, embed_dim=4, hidden=3, mlp_hidden=5)
+PARAMS = init_params(MODEL, jax.random.key(0))
+BATCH = Batch(jax.random.randint(jax.random.key(1), (4, 6), 1, 20),
+              jnp.array([0, 1, 1, 0]), jnp.array([True, True, True, False]))
+LOSS = fedavg(MODEL).client_loss
+
+
+def _norm(tree):
+    return float(jnp.sqrt(sum(jnp.sum(x ** 2) for x in jax.tree.leaves(tree))))
+
+
+def test_every_per_example_gradient_is_clipped_to_c():
+    clip = 1e-3  # far below every example's gradient norm
+    grad_fn = jax.jit(dp_gradient(None, clip, 0.0)(LOSS))
+    for i in range(3):  # one real example at a time: the step's gradient is its clipped one
+        one = Batch(BATCH.tokens, BATCH.labels, jnp.arange(4) == i)
+        (_, aux), grads = grad_fn(PARAMS, one, jax.random.key(2))
+        assert _norm(grads) * 4 == pytest.approx(clip, rel=1e-4)  # divided by B = 4
+        assert float(aux["dp_clipped_fraction"]) == 1.0
+    (_, aux), grads = grad_fn(PARAMS, BATCH, jax.random.key(2))
+    assert _norm(grads) * 4 <= 3 * clip * (1 + 1e-5)
+
+
+def test_without_clipping_or_noise_it_is_the_sum_of_per_example_gradients_over_b():
+    grad_fn = jax.jit(dp_gradient(None, 1e9, 0.0)(LOSS))
+    (loss, aux), grads = grad_fn(PARAMS, BATCH, jax.random.key(2))
+    (loss_ref, _), batch_grads = jax.value_and_grad(LOSS, has_aux=True)(PARAMS, BATCH,
+                                                                       jax.random.key(2))
+    # CE is a mean over the 3 real rows: per-example sum / B = batch gradient * 3 / 4
+    chex.assert_trees_all_close(grads, jax.tree.map(lambda g: g * 3 / 4, batch_grads),
+                                atol=1e-6)
+    assert float(loss) == pytest.approx(float(loss_ref))
+    assert float(aux["dp_clipped_fraction"]) == 0.0
+
+
+def test_noise_std_is_z_c_over_b_on_shared_leaves_only():
+    clip, z = 0.5, 2.0
+    grad_fn = jax.jit(dp_gradient(FEDPER_RULES, clip, z)(LOSS))
+    zero_mask = Batch(BATCH.tokens, BATCH.labels, jnp.zeros(4, bool))  # no signal: pure noise
+    _, grads = grad_fn(PARAMS, zero_mask, jax.random.key(3))
+    labels = masking.label_leaves(PARAMS, FEDPER_RULES)
+    shared = np.concatenate([np.ravel(x) for x in jax.tree.leaves(
+        masking.select(grads, labels, masking.SHARED))])
+    private = masking.select(grads, labels, masking.PRIVATE)
+    assert np.std(shared) == pytest.approx(z * clip / 4, rel=0.05)
+    assert all(float(jnp.max(jnp.abs(x))) == 0 for x in jax.tree.leaves(private))
+    # the private classifier gets the plain batch gradient
+    _, grads = grad_fn(PARAMS, BATCH, jax.random.key(3))
+    _, ref = jax.value_and_grad(LOSS, has_aux=True)(PARAMS, BATCH, jax.random.key(3))
+    chex.assert_trees_all_close(masking.select(grads, labels, masking.PRIVATE),
+                                masking.select(ref, labels, masking.PRIVATE), atol=1e-6)
+    with pytest.raises(ValueError):
+        dp_gradient(None, 0.0, 1.0)
+
+
+def test_epsilon_from_the_rdp_accountant():
+    pytest.importorskip("dp_accounting")
+    e1 = epsilon(1.0, 0.01, 1000, 1e-5)
+    e2 = epsilon(2.0, 0.01, 1000, 1e-5)
+    assert 0 < e2 < e1 < 100  # more noise, less privacy loss
+    assert epsilon(0.0, 0.01, 10, 1e-5) == float("inf")
