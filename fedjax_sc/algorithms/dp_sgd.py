@@ -63,17 +63,16 @@ def dp_gradient(leaf_rules: Mapping[str, str | Sequence[str]] | None, l2_norm_cl
         raise ValueError(f"DP-SGD needs a noise multiplier >= 0, got {noise_multiplier}")
 
     def factory(loss: ClientLoss) -> GradientFn:
-        batch_grad = jax.value_and_grad(loss, has_aux=True)
-
         def grad_fn(params, batch: Batch, rng):
-            (value, aux), grads = batch_grad(params, batch, rng)
             if leaf_rules is None:
-                shared, private, private_grads = params, {}, {}
+                shared, private = params, {}
             else:
                 labels = masking.label_leaves(params, leaf_rules)
                 shared = masking.select(params, labels, masking.SHARED)
                 private = masking.select(params, labels, masking.PRIVATE)
-                private_grads = masking.select(grads, labels, masking.PRIVATE)
+            # the batch loss is differentiated w.r.t. the private leaves only
+            (value, aux), private_grads = jax.value_and_grad(
+                lambda p: loss(masking.merge(shared, p), batch, rng), has_aux=True)(private)
 
             def example_loss(shared_params, tokens, label, mask):
                 one = Batch(tokens[None], label[None], mask[None])

@@ -30,7 +30,7 @@ import optax
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, Params
 from fedjax_sc.run.evaluate import count_correct
-from fedjax_sc.run.round import (TABLE_PATHS, ClientData, ClientStates, ServerState, _has_leaf,
+from fedjax_sc.run.round import (TABLE_PATHS, ClientData, ClientStates, ServerState, has_leaf,
                                  epoch_order, gather_rows, scatter_rows)
 
 DEFAULT_NUM_EVALS = 25
@@ -141,7 +141,7 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
             test: ClientData, rng: jax.Array):
         local_rows = train.vocab_ids is not None
         tables = [p for p in table_paths if local_rows and (
-            _has_leaf(state.params, p) or _has_leaf(client_states.private, p))]
+            has_leaf(state.params, p) or has_leaf(client_states.private, p))]
         ids, vmask = ((train.vocab_ids, train.vocab_mask) if local_rows else
                       (jnp.zeros((train.num_clients, 1), jnp.int32),) * 2)
         keys = jax.vmap(lambda k: jax.random.fold_in(rng, k))(jnp.arange(train.num_clients))

@@ -114,7 +114,7 @@ def probe(out: str | Path, client: str, word: str = "man",
     sigma = c.upload_noise if sigma is None else sigma
     setup = build_setup(c, scene, log=lambda _: None)
     state, client_states = restore_checkpoint(ckpt, step, setup.state, setup.client_states)
-    if not rnd._has_leaf(state.params, TABLE_PATH):
+    if not rnd.has_leaf(state.params, TABLE_PATH):
         raise ValueError(f"{c.algorithm} keeps its word embeddings private: nothing to probe")
     data = rnd.client_data(scene.train, local_vocab=c.local_vocab)
     ids = (np.asarray(data.vocab_ids[k_idx]) if data.vocab_ids is not None

@@ -306,7 +306,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         """The table paths of ``params`` trained by rows (none without local vocabularies)."""
         if clients.vocab_ids is None:
             return []
-        return [p for p in table_paths if _has_leaf(params, p)]
+        return [p for p in table_paths if has_leaf(params, p)]
 
     def local_training(state: ServerState, client_states: ClientStates, clients: ClientData,
                        rng: jax.Array):
@@ -468,5 +468,6 @@ def split_private(algorithm: Algorithm, params: Params) -> tuple[Params, Params]
             masking.select(params, labels, masking.PRIVATE))
 
 
-def _has_leaf(params: Params, path: tuple[str, ...]) -> bool:
+def has_leaf(params: Params, path: tuple[str, ...]) -> bool:
+    """Whether the nested-dict ``params`` holds a leaf at ``path``."""
     return path in traverse_util.flatten_dict(params)
