@@ -48,11 +48,14 @@ Aggregator = Callable[[Params, jax.Array], Params]
 """``aggregate(stacked_params, weights) -> params``: stacked ``[num_clients, ...]`` leaves and
 float32 ``[num_clients]`` weights summing to 1 (paper Sec. 3.3: N^k / N)."""
 
-Predict = Callable[[Params, jax.Array], dict[str, jax.Array]]
-"""``predict(params, tokens) -> {mode: probabilities}``: float32 ``[batch, C]`` class
-probabilities of a client's personalised model (shared + private leaves) for int32
+Predict = Callable[..., dict[str, jax.Array]]
+"""``predict(params, tokens, anchor=None) -> {mode: probabilities}``: float32 ``[batch, C]``
+class probabilities of a client's personalised model (shared + private leaves) for int32
 ``[batch, len]`` tokens, one entry per inference mode (Li et al. 2021, Table 6: ``s``, ``p``,
-``sp``; single-branch models have the one mode ``full``)."""
+``sp``; single-branch models have the one mode ``full``). ``anchor`` is the frozen model the
+client started from (the Ap phase passes the model before fine-tuning); only models that use
+a frozen global model at inference read it (FedFusion's global feature extractor), and
+``None`` means the params are their own anchor."""
 
 GlobalPredict = Callable[[Params, jax.Array], jax.Array]
 """``global_predict(shared_params, tokens) -> probabilities [batch, C]``: the global model
@@ -63,6 +66,59 @@ GradientFn = Callable[[Params, Batch, jax.Array],
                       tuple[tuple[jax.Array, dict[str, jax.Array]], Params]]
 """``grad_fn(params, batch, rng) -> ((loss, aux), grads)``, the signature of
 ``jax.value_and_grad(client_loss, has_aux=True)``."""
+
+
+class ClientStart(NamedTuple):
+    """What an anchored client loss sees besides its params and batch (see
+    ``Algorithm.anchored``).
+
+    Attributes:
+      params: the params the client began the round with -- the downloaded global (shared)
+        leaves joined with its private leaves, as local-vocabulary rows when the round trains
+        by rows. Fixed during local training: FedProx's proximal centre, FedMMD's and
+        FedFusion's frozen global model.
+      knowledge: every client's message of ``Algorithm.knowledge`` extracted at the start of
+        the round, stacked ``[num_clients, ...]`` (FedKC's cluster centroids), or ``()``
+        without a knowledge exchange (and in the Ap phase).
+      client: int32 scalar, this client's index on the client axis (ASP's domain label).
+    """
+
+    params: Params
+    knowledge: Any = ()
+    client: jax.Array | int = 0
+
+
+AnchoredLoss = Callable[[Params, Batch, jax.Array, ClientStart],
+                        tuple[jax.Array, dict[str, jax.Array]]]
+"""``loss(params, batch, rng, start) -> (scalar loss, aux)``: the client loss of an anchored
+algorithm (differentiated w.r.t. ``params`` only)."""
+
+KnowledgeFn = Callable[[Params, jax.Array, jax.Array, jax.Array, jax.Array], Any]
+"""``extract(params, tokens, labels, mask, rng) -> message``: what a client shares with the
+others at the start of a round (FedKC, Wang et al. 2022, Sec. 4.2-4.3), from its start params
+and its whole training split (tokens int32 ``[N_max, len]``, labels int32 ``[N_max]``, mask
+bool ``[N_max]``). Runs on every client under ``vmap``; every client then sees all messages."""
+
+
+def as_anchored(loss: ClientLoss | AnchoredLoss, anchored: bool) -> AnchoredLoss:
+    """``loss`` with the anchored signature (a plain loss ignores ``start``); how plug-in
+    terms (FedProx, FedMMD, FedKC) wrap any algorithm's loss."""
+    if anchored:
+        return loss
+
+    def lifted(params, batch, rng, start):
+        del start
+        return loss(params, batch, rng)
+
+    return lifted
+
+
+def bind_start(algorithm: "Algorithm", start: ClientStart) -> ClientLoss:
+    """The algorithm's client loss as a plain :data:`ClientLoss` for one client and round
+    (``start`` bound when the loss is anchored); what the round and the Ap phase differentiate."""
+    if not algorithm.anchored:
+        return algorithm.client_loss
+    return lambda params, batch, rng: algorithm.client_loss(params, batch, rng, start)
 
 
 class UploadContext(NamedTuple):
@@ -162,6 +218,10 @@ def chain(*transforms: UploadTransform) -> UploadTransform:
     return UploadTransform(init, encode, decode)
 
 
+TRAININGS = ("federated", "pooled", "multitask")
+"""The values of ``Algorithm.training``."""
+
+
 class Algorithm(NamedTuple):
     """A federated algorithm as plug-in pieces of the compiled round.
 
@@ -190,6 +250,15 @@ class Algorithm(NamedTuple):
         ``client_loss -> GradientFn`` that the round uses for every local step instead, e.g.
         DP-SGD's clipped, noised per-example gradients
         (:func:`fedjax_sc.algorithms.dp_sgd.dp_sgd`).
+      anchored: False (``client_loss`` is a :data:`ClientLoss`) or True (an
+        :data:`AnchoredLoss`: it also gets the :class:`ClientStart` of its client and round).
+      knowledge: ``None`` or a :data:`KnowledgeFn` run at the start of every round (needs
+        ``anchored``); its messages reach every client's loss as ``start.knowledge``.
+      training: ``"federated"`` (the round: local epochs, upload, aggregation);
+        ``"pooled"`` (FS: the clients' training sets pooled into one client, trained by the
+        same round; no privacy); ``"multitask"`` (ASP: every step takes one batch of every
+        client and updates the shared leaves with all their gradients and each client's
+        private leaves with its own, :mod:`fedjax_sc.run.multitask`; no privacy).
     """
 
     name: str
@@ -204,3 +273,6 @@ class Algorithm(NamedTuple):
     upload: UploadTransform = identity_upload()
     server_optimizer: optax.GradientTransformation | None = None
     client_gradient: Callable[[ClientLoss], GradientFn] | None = None
+    anchored: bool = False
+    knowledge: KnowledgeFn | None = None
+    training: str = "federated"

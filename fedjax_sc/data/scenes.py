@@ -38,6 +38,15 @@ class ClientArrays:
     def max_examples(self) -> int:
         return int(self.tokens.shape[1])
 
+    def pooled(self) -> ClientArrays:
+        """Every client's real examples pooled into one client (client 0's first, in order):
+        the FS baseline's training set (Li et al. 2021, Sec. 5.4). Shapes ``[1, sum N^k,
+        max_len]``; nothing is dropped or duplicated."""
+        ids = [self.tokens[k, :n] for k, n in enumerate(self.counts)]
+        labels = [self.labels[k, :n] for k, n in enumerate(self.counts)]
+        return ClientArrays.stack([np.concatenate(ids)], [np.concatenate(labels)],
+                                  self.tokens.shape[2])
+
     @classmethod
     def stack(cls, ids: Sequence[np.ndarray], labels: Sequence[np.ndarray],
               max_len: int) -> ClientArrays:

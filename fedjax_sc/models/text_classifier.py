@@ -231,6 +231,12 @@ class TextClassifier(nn.Module):
         """Logits g (Eq. 4) of a client's model: float32 ``[batch, num_classes]``."""
         return self.classifier(with_user(self.features(tokens), self.user, personal=True))
 
+    def head(self, features: jax.Array) -> jax.Array:
+        """The classifier alone on pooled features float ``[batch, 2 * hidden]`` (with the
+        client's FURL user vector): logits float32 ``[batch, num_classes]`` (FedKC's "last
+        layer" consistency, Wang et al. 2022, Sec. 4.3)."""
+        return self.classifier(with_user(features, self.user, personal=True))
+
     def global_logits(self, tokens: jax.Array) -> jax.Array:
         """Logits of the global model (FURL's user vector replaced by zeros; without FURL the
         same as ``__call__``): float32 ``[batch, num_classes]``."""

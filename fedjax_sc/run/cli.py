@@ -1,4 +1,5 @@
-"""Command line: ``fedjax-sc train|table7|probe ...`` (see ``fedjax-sc COMMAND --help``)."""
+"""Command line: ``fedjax-sc train|reproduce|table7|probe ...`` (see ``fedjax-sc COMMAND
+--help``)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,25 @@ def _parser() -> argparse.ArgumentParser:
                    help="first principal component kept (paper: 1 2 3 6)")
     g.add_argument("--d2-fraction", type=float, nargs="+", default=[1.0, 0.75],
                    help="last component kept, as a fraction of d (paper: 200 and 150 of 200)")
+    q = sub.add_parser(
+        "reproduce", help="run every method of a paper table (resumable results store) and "
+        "print ours (mean +- std over seeds) beside the paper's figures",
+        description="Runs every method Table 2-8 needs, one run directory per method and seed "
+        "under --out/<scene>/ (finished runs are skipped, unfinished ones resumed), then "
+        "prints and writes <table>.md (and PNG figures for Tables 2-3). Every train option "
+        "applies to each run. --quick: 1 round, n_Z = 5, 1 seed; otherwise the scene's paper "
+        "settings and 3 seeds. Presets: " + presets,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    q.add_argument("table", choices=("table2", "table3", "table4", "table5", "table6",
+                                     "table7", "table8"))
+    _train_arguments(q, grid=True)
+    q.add_argument("--seeds", type=int, help="number of seeds 0..N-1 (default: 1 with "
+                   "--quick, else 3)")
+    q.add_argument("--quick", action="store_true",
+                   help="a first look: 1 round, n_Z = 5 Ap evaluations, 1 seed")
+    q.add_argument("--no-plots", dest="plots", action="store_false",
+                   help="do not write the PNG figures")
+    q.set_defaults(out=None, ap_evals=None, data_dir=None, embeddings="glove-6b-50d")
     r = sub.add_parser(
         "probe", help="privacy probe of the word-embedding upload (Fig. 5): top-K similar "
         "words of a query in the Client, Server and Agg tables, I_ser and I_ag",
@@ -54,7 +74,9 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                        "embedding and BiGRU); pfl_da (private model + gate); kteps (Li et al. "
                        "2021); kteps_star (KTEPS + PCA-compressed, noised upload; Alg. 1); "
                        "arch_a/b/c (Table 8 ablation: private classifier / BiGRU+MLP / "
-                       "model)")
+                       "model); baselines: fedprox, fedmmd, fedfusion, fedavg_kc / "
+                       "fedprox_kc (FedKC plug-in), indiv (no communication), fs (pooled "
+                       "data), asp (centralised adversarial multi-task)")
     t.add_argument("--rounds", type=int, help="federated rounds (paper: 50 fdu, 20 iyy)")
     t.add_argument("--local-epochs", type=int, default=2)
     t.add_argument("--batch-size", type=int, help="local batch size (paper: 8 fdu, 64 iyy)")
@@ -87,6 +109,19 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="DP-SGD noise multiplier z (std z * C on the summed clipped gradient)")
     u.add_argument("--dp-delta", type=float, default=1e-5,
                    help="delta at which the report states each client's epsilon")
+    b = t.add_argument_group("baselines (Sec. 5.4; defaults where the papers give none)")
+    b.add_argument("--prox-mu", type=float, default=0.01, help="FedProx mu (fedprox, "
+                   "fedprox_kc)")
+    b.add_argument("--mmd-weight", type=float, default=0.1, help="FedMMD lambda")
+    b.add_argument("--fusion", choices=("conv", "multi", "single"), default="conv",
+                   help="FedFusion operator (Yao et al. 2019)")
+    b.add_argument("--kc-clusters", type=int, default=10, help="FedKC K-Means clusters q")
+    b.add_argument("--kc-iterations", type=int, default=10, help="FedKC Lloyd iterations")
+    b.add_argument("--kc-weight", type=float, default=0.1, help="FedKC consistency alpha")
+    b.add_argument("--asp-adversarial", type=float, default=0.05,
+                   help="ASP lambda_adv (Liu et al. 2017)")
+    b.add_argument("--asp-orthogonal", type=float, default=0.01,
+                   help="ASP orthogonality gamma (Liu et al. 2017)")
     t.add_argument("--furl-dim", type=int, default=0,
                    help="size of a FURL private user vector concatenated to the pooled "
                    "text feature (0: none)")
@@ -129,6 +164,33 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="replace an earlier run in --out (a folder holding config.json)")
 
 
+def _reproduce(args: dict) -> None:
+    import os
+    from pathlib import Path
+
+    from fedjax_sc.run.reproduce import FULL_SEEDS, QUICK, reproduce
+    from fedjax_sc.run.train import TrainConfig
+    table, quick, plots = args.pop("table"), args.pop("quick"), args.pop("plots")
+    seeds = args.pop("seeds") or (QUICK["seeds"] if quick else FULL_SEEDS)
+    if seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    out = args.pop("out") or ("runs/reproduce-quick" if quick else "runs/reproduce")
+    if quick:
+        args["rounds"] = args["rounds"] or QUICK["rounds"]
+        args["ap_evals"] = QUICK["ap_evals"] if args["ap_evals"] is None else args["ap_evals"]
+    if args["ap_evals"] is None:
+        args["ap_evals"] = 25
+    if args["scene"] == "fdu" and not args["data_dir"]:
+        # the corpus beside the checkout (../shared/data/fdu-mtl), or FEDJAX_SC_FDU_DIR
+        args["data_dir"] = os.environ.get("FEDJAX_SC_FDU_DIR", "../shared/data/fdu-mtl")
+        if not (Path(args["data_dir"]) / "apparel.task.train").is_file():
+            raise FileNotFoundError(f"FDU-MTL corpus not found in {args['data_dir']}: pass "
+                                    f"--data-dir or set FEDJAX_SC_FDU_DIR")
+    if args["scene"] == "synthetic" and args["embeddings"] == "glove-6b-50d":
+        args["embeddings"] = "random"  # the synthetic scene's words are not English
+    reproduce(table, TrainConfig(**args), out, list(range(seeds)), plots=plots)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = vars(_parser().parse_args(argv))
     command = args.pop("command")
@@ -145,11 +207,14 @@ def main(argv: list[str] | None = None) -> int:
             d1s, fractions = args.pop("d1"), args.pop("d2_fraction")
             out = args.pop("out")
             run_grid(TrainConfig(algorithm="kteps_star", **args), out, d1s, fractions)
+        elif command == "reproduce":
+            _reproduce(args)
         elif command == "probe":
             from fedjax_sc.run.probe import probe
             probe(args["out"], args["client"], args["word"], bands=args["band"],
                   sigma=args["sigma"], ks=args["top_k"])
-    except (NonFiniteUpdateError, FileExistsError, FileNotFoundError, ValueError) as e:
+    except (NonFiniteUpdateError, FileExistsError, FileNotFoundError, ValueError,
+            RuntimeError) as e:
         print(f"fedjax-sc: error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -28,7 +28,7 @@ import numpy as np
 import optax
 
 from fedjax_sc.algorithms import masking
-from fedjax_sc.algorithms.base import Algorithm, Batch, Params
+from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params, bind_start
 from fedjax_sc.run.evaluate import count_correct
 from fedjax_sc.run.round import (TABLE_PATHS, ClientData, ClientStates, ServerState, has_leaf,
                                  epoch_order, gather_rows, scatter_rows)
@@ -98,17 +98,20 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
     if num_evals < 0 or steps_per_eval < 0 or batch_size < 1:
         raise ValueError(f"need num_evals >= 0, steps_per_eval >= 0, batch_size >= 1; got "
                          f"{num_evals}, {steps_per_eval}, {batch_size}")
-    loss_and_grad = jax.value_and_grad(algorithm.client_loss, has_aux=True)
-
     def one_client(shared, private, ids, vmask, tokens, labels, mask, test_tokens, test_labels,
-                   test_mask, key, tables):
+                   test_mask, key, client, tables):
         full = masking.merge(shared, private)
+        work = gather_rows(full, ids, tables)
+        # an anchored loss is anchored at the model before fine-tuning (no knowledge exchange)
+        loss_and_grad = jax.value_and_grad(
+            bind_start(algorithm, ClientStart(work, (), client)), has_aux=True)
+        predict = lambda params, tokens: algorithm.predict(params, tokens, full)
         count = jnp.sum(mask)
         num_batches = jnp.maximum((count + batch_size - 1) // batch_size, 1)
 
         def accuracy(work):
             params = scatter_rows(work, full, ids, vmask, tables)
-            hits = count_correct(algorithm.predict, params, test_tokens, test_labels, test_mask,
+            hits = count_correct(predict, params, test_tokens, test_labels, test_mask,
                                  eval_batch_size)
             n = jnp.maximum(jnp.sum(test_mask), 1).astype(jnp.float32)
             return jax.tree.map(lambda c: c.astype(jnp.float32) / n, hits)
@@ -132,7 +135,6 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
             carry, _ = jax.lax.scan(step, carry, c * steps_per_eval + jnp.arange(steps_per_eval))
             return carry, accuracy(carry[0])
 
-        work = gather_rows(full, ids, tables)
         before = accuracy(work)
         _, after = jax.lax.scan(chunk, (work, optimizer.init(work)), jnp.arange(num_evals))
         return jax.tree.map(lambda b, a: jnp.concatenate([b[None], a]), before, after)
@@ -146,9 +148,10 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
                       (jnp.zeros((train.num_clients, 1), jnp.int32),) * 2)
         keys = jax.vmap(lambda k: jax.random.fold_in(rng, k))(jnp.arange(train.num_clients))
         fn = lambda *a: one_client(*a, tables)
-        return jax.vmap(fn, in_axes=(None,) + (0,) * 10)(
+        return jax.vmap(fn, in_axes=(None,) + (0,) * 11)(
             state.params, client_states.private, ids, vmask, train.tokens, train.labels,
-            train.mask, test.tokens, test.labels, test.mask, keys)
+            train.mask, test.tokens, test.labels, test.mask, keys,
+            jnp.arange(train.num_clients, dtype=jnp.int32))
 
     compiled = jax.jit(run)
 

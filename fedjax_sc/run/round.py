@@ -6,6 +6,10 @@ metrics)``:
 1. every client downloads the server's (shared) params and joins them with its own private
    leaves from ``client_states`` (none for FedAvg); with ``ClientData.vocab_ids`` it works on
    the rows of its local vocabulary V^k of the word-embedding table only (paper Remark 3);
+   An algorithm with a knowledge exchange (``Algorithm.knowledge``, FedKC) first extracts
+   every client's message from its start params and data; an anchored loss
+   (``Algorithm.anchored``: FedProx, FedMMD, FedFusion, FedKC, ASP) sees its
+   :class:`~fedjax_sc.algorithms.base.ClientStart` (start params, all messages, client index);
 2. every client runs ``local_epochs`` epochs of mini-batch training on its own examples,
    reshuffled each epoch, optimizer state fresh -- all clients at once under ``jax.vmap``,
    the steps of one client as a ``lax.scan``; a client with fewer batches than the largest one
@@ -42,7 +46,8 @@ from flax import traverse_util
 
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.aggregate import example_weights, weighted_mean_rows
-from fedjax_sc.algorithms.base import Algorithm, Batch, Params, UploadContext
+from fedjax_sc.algorithms.base import (TRAININGS, Algorithm, Batch, ClientStart, Params,
+                                       UploadContext, bind_start)
 from fedjax_sc.data.vocab import PAD
 from fedjax_sc.models.text_classifier import TABLE_MODULES
 
@@ -52,6 +57,8 @@ private one of arch C / PFL-DA); local-vocabulary training applies to each that 
 
 UPLOAD_STREAM = 2**31 - 1
 """``fold_in`` constant separating the upload keys from the clients' training keys."""
+KNOWLEDGE_STREAM = 2**31 - 3
+"""``fold_in`` constant of the knowledge-exchange keys (``Algorithm.knowledge``)."""
 
 
 class ServerState(NamedTuple):
@@ -216,17 +223,23 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
     """One client's local training for a round (vmapped over clients by :func:`build_round`).
 
     Returns:
-      ``client_update(params, tokens, labels, mask, key) -> (params, RoundMetrics)`` for one
-      client: ``tokens`` int32 ``[max_examples, len]``, ``labels`` int32 ``[max_examples]``,
-      ``mask`` bool ``[max_examples]``; the metrics fields are scalars. The loss of epoch e,
-      batch j gets the key ``fold_in(fold_in(key, e), j)`` -- independent of padding too.
+      ``client_update(params, tokens, labels, mask, key, knowledge=(), client=0) -> (params,
+      RoundMetrics)`` for one client: ``tokens`` int32 ``[max_examples, len]``, ``labels``
+      int32 ``[max_examples]``, ``mask`` bool ``[max_examples]``; ``knowledge`` and
+      ``client`` (int32 scalar) reach an anchored loss in its
+      :class:`~fedjax_sc.algorithms.base.ClientStart` (with ``params`` as the start params);
+      the metrics fields are scalars. The loss of epoch e, batch j gets the key
+      ``fold_in(fold_in(key, e), j)`` -- independent of padding too.
     """
-    loss_and_grad = (jax.value_and_grad(algorithm.client_loss, has_aux=True)
-                     if algorithm.client_gradient is None
-                     else algorithm.client_gradient(algorithm.client_loss))
     opt = algorithm.client_optimizer
 
-    def client_update(params: Params, tokens, labels, mask, key):
+    def gradient_fn(start: ClientStart):
+        loss = bind_start(algorithm, start)
+        return (jax.value_and_grad(loss, has_aux=True) if algorithm.client_gradient is None
+                else algorithm.client_gradient(loss))
+
+    def client_update(params: Params, tokens, labels, mask, key, knowledge=(), client=0):
+        loss_and_grad = gradient_fn(ClientStart(params, knowledge, client))
         idx, batch_mask = epoch_schedule(key, mask, batch_size, local_epochs)
         e, j = jnp.meshgrid(jnp.arange(idx.shape[0]), jnp.arange(idx.shape[1]), indexing="ij")
         flat = lambda x: x.reshape((-1,) + x.shape[2:])
@@ -298,6 +311,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
     if batch_size < 1 or local_epochs < 1:
         raise ValueError(f"batch_size and local_epochs must be >= 1, got {batch_size}, "
                          f"{local_epochs}")
+    check_algorithm(algorithm)
     client_update = build_client_update(algorithm, batch_size=batch_size,
                                         local_epochs=local_epochs)
     upload = algorithm.upload
@@ -316,24 +330,38 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         shared_tables = tables(state.params, clients)
         private_tables = tables(client_states.private, clients)
 
-        def one_client(private, ids, vmask, tokens, labels, mask, key):
+        def start_params(private, ids):
             params = masking.merge(state.params, private)
             # work on the rows of V^k only (exact, see the module docstring)
-            params = gather_rows(params, ids, shared_tables + private_tables)
-            params, metrics = client_update(params, tokens, labels, mask, key)
-            shared, new_private = split_private(algorithm, params)
-            new_private = scatter_rows(new_private, private, ids, vmask, private_tables)
-            return shared, new_private, metrics
+            return gather_rows(params, ids, shared_tables + private_tables)
 
         vocab_ids, vocab_mask = ((clients.vocab_ids, clients.vocab_mask)
                                  if clients.vocab_ids is not None else
                                  (jnp.zeros((clients.num_clients, 1), jnp.int32),) * 2)
+        knowledge = ()
+        if algorithm.knowledge is not None:  # exchanged before local training (FedKC)
+            knowledge_key = jax.random.fold_in(round_key, KNOWLEDGE_STREAM)
+            knowledge = jax.vmap(lambda private, ids, tokens, labels, mask, k: (
+                algorithm.knowledge(start_params(private, ids), tokens, labels, mask,
+                                    jax.random.fold_in(knowledge_key, k))))(
+                client_states.private, vocab_ids, clients.tokens, clients.labels,
+                clients.mask, jnp.arange(clients.num_clients))
+
+        def one_client(private, ids, vmask, tokens, labels, mask, key, client):
+            params, metrics = client_update(start_params(private, ids), tokens, labels, mask,
+                                            key, knowledge, client)
+            shared, new_private = split_private(algorithm, params)
+            new_private = scatter_rows(new_private, private, ids, vmask, private_tables)
+            return shared, new_private, metrics
+
         shared, private, metrics = jax.vmap(one_client)(
             client_states.private, vocab_ids, vocab_mask, clients.tokens, clients.labels,
-            clients.mask, keys)
+            clients.mask, keys, jnp.arange(clients.num_clients, dtype=jnp.int32))
         return shared, ClientStates(private), metrics
 
     def encode(state: ServerState, shared: Params, clients: ClientData, rng: jax.Array):
+        if not jax.tree.leaves(shared):  # nothing is shared (Indiv): nothing is sent
+            return shared, {}
         upload_key = jax.random.fold_in(jax.random.fold_in(rng, state.round), UPLOAD_STREAM)
         keys = jax.vmap(lambda k: jax.random.fold_in(upload_key, k))(
             jnp.arange(clients.num_clients))
@@ -343,6 +371,8 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
             params, state.upload_state, key, UploadContext(m)))(shared, keys, keyed)
 
     def decode(state: ServerState, messages):
+        if not jax.tree.leaves(messages):
+            return messages
         return jax.vmap(lambda m: upload.decode(m, state.upload_state))(messages)
 
     def aggregate(state: ServerState, uploads: Params, clients: ClientData) -> ServerState:
@@ -402,6 +432,17 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
         return new_state, client_states, metrics
 
     return round_step
+
+
+def check_algorithm(algorithm: Algorithm) -> None:
+    """Raises ``ValueError`` on inconsistent plug-in fields (an unknown ``training``, or a
+    ``knowledge`` exchange without an anchored loss to receive it)."""
+    if algorithm.training not in TRAININGS:
+        raise ValueError(f"{algorithm.name}: training must be one of {TRAININGS}, got "
+                         f"{algorithm.training!r}")
+    if algorithm.knowledge is not None and not algorithm.anchored:
+        raise ValueError(f"{algorithm.name}: a knowledge exchange needs an anchored client "
+                         f"loss (anchored=True) to receive it")
 
 
 def gather_rows(params: Params, ids: jax.Array, paths) -> Params:

@@ -33,6 +33,7 @@ from fedjax_sc.data.corpus import FDU_DOMAINS
 from fedjax_sc.models.text_classifier import init_params
 from fedjax_sc.run import communication, configs, personalize
 from fedjax_sc.run.evaluate import make_evaluate, make_personal_evaluate
+from fedjax_sc.run.multitask import build_multitask_round
 from fedjax_sc.run.registry import ALGORITHMS, build_algorithm
 from fedjax_sc.run.report import format_table, make_report
 from fedjax_sc.run.round import ClientStates, ServerState, build_round, client_data, init_states
@@ -75,6 +76,13 @@ class TrainConfig:
       dp_clip: DP-SGD per-example clipping norm C on the shared leaves (None: no DP-SGD).
       dp_noise: DP-SGD noise multiplier z (noise std z * C on the summed clipped gradient).
       dp_delta: the delta at which the report states each client's epsilon.
+      prox_mu: FedProx's mu (fedprox, fedprox_kc; not given by the paper: 0.01).
+      mmd_weight: FedMMD's lambda (not given: 0.1).
+      fusion: FedFusion's operator, ``conv`` | ``multi`` | ``single`` (Yao et al. 2019).
+      kc_clusters / kc_iterations / kc_weight: FedKC's q, Lloyd iterations and alpha
+        (fedavg_kc, fedprox_kc; 10, 10, 0.1).
+      asp_adversarial / asp_orthogonal: ASP's lambda_adv and gamma (Liu et al. 2017: 0.05,
+        0.01).
       ap: run the personalisation phase (Ap, Eq. 16) after the last round.
       ap_evals: n_Z, evaluations during fine-tuning (paper Fig. 4: 25).
       ap_steps: z, fine-tuning steps between evaluations (not given by the paper; 10).
@@ -117,6 +125,14 @@ class TrainConfig:
     dp_clip: float | None = None
     dp_noise: float = 0.0
     dp_delta: float = 1e-5
+    prox_mu: float = 0.01
+    mmd_weight: float = 0.1
+    fusion: str = "conv"
+    kc_clusters: int = 10
+    kc_iterations: int = 10
+    kc_weight: float = 0.1
+    asp_adversarial: float = 0.05
+    asp_orthogonal: float = 0.01
     ap: bool = True
     ap_evals: int = personalize.DEFAULT_NUM_EVALS
     ap_steps: int = personalize.DEFAULT_STEPS_PER_EVAL
@@ -253,7 +269,15 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
         learning_rate=c.lr, momentum=c.momentum, embedding_learning_rate=c.embedding_lr,
         lambda_kt=c.lambda_kt, lambda_div=c.lambda_div, temperature=c.temperature,
         bandwidth=c.bandwidth, pca_band=c.pca_band, pca_center=c.pca_center,
-        upload_noise=c.upload_noise, dp_clip=c.dp_clip, dp_noise=c.dp_noise)
+        upload_noise=c.upload_noise, dp_clip=c.dp_clip, dp_noise=c.dp_noise,
+        prox_mu=c.prox_mu, mmd_weight=c.mmd_weight, fusion=c.fusion,
+        kc_clusters=c.kc_clusters, kc_iterations=c.kc_iterations, kc_weight=c.kc_weight,
+        asp_adversarial=c.asp_adversarial, asp_orthogonal=c.asp_orthogonal,
+        num_clients=scene.num_clients)
+    if algorithm.training != "federated" and (c.dp_clip is not None or c.pca_band
+                                              or c.upload_noise):
+        raise ValueError(f"{c.algorithm} is trained centrally ({algorithm.training}): "
+                         f"upload compression, upload noise and DP-SGD do not apply")
     matrix = None
     if c.embeddings == "glove-6b-50d":
         from fedjax_sc.data.embeddings import glove_6b_50d
@@ -318,15 +342,23 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     setup = build_setup(c, scene, log)
     algorithm, state, client_states = setup.algorithm, setup.state, setup.client_states
     root, train_key = setup.root, setup.train_key
+    # the Ap phase always fine-tunes per client; the rounds train on what ``training`` says
     train_data = client_data(scene.train, local_vocab=c.local_vocab)
+    round_data = {"federated": lambda: train_data,
+                  "pooled": lambda: client_data(scene.train.pooled(), local_vocab=c.local_vocab),
+                  "multitask": lambda: client_data(scene.train)}[algorithm.training]()
     test_data = client_data(scene.test)
     has_private = bool(jax.tree.leaves(client_states.private))
     global_eval = (None if algorithm.global_predict is None
                    else make_evaluate(algorithm.global_predict))
     personal_eval = make_personal_evaluate(algorithm.predict) if has_private else None
     mode = c.ap_mode or algorithm.default_mode
-    comm = communication.account(algorithm, state, train_data).summary()
-    log(communication.describe(comm))
+    comm = None
+    if algorithm.training == "federated":
+        comm = communication.account(algorithm, state, train_data).summary()
+        log(communication.describe(comm))
+    else:
+        log(f"{c.algorithm} is trained centrally ({algorithm.training}): no communication")
 
     ckpt = ocp.CheckpointManager(out.resolve() / "checkpoints",
                                  options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
@@ -354,21 +386,23 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     ag, personal = accuracies()
     if start < c.rounds:
         t0 = time.perf_counter()
-        round_step = jax.jit(build_round(algorithm, batch_size=c.batch_size,
-                                         local_epochs=c.local_epochs)
-                             ).lower(state, client_states, train_data, train_key).compile()
+        builder = build_multitask_round if algorithm.training == "multitask" else build_round
+        round_step = jax.jit(builder(algorithm, batch_size=c.batch_size,
+                                     local_epochs=c.local_epochs)
+                             ).lower(state, client_states, round_data, train_key).compile()
         log(f"round compiled in {time.perf_counter() - t0:.1f} s; algorithm {c.algorithm}, "
             f"batch {c.batch_size}, lr {c.lr}, {c.local_epochs} local epochs, d = {c.embed_dim}")
     durations = []
     for r in range(start + 1, c.rounds + 1):
         t0 = time.perf_counter()
-        new_state, new_client_states, m = round_step(state, client_states, train_data,
+        new_state, new_client_states, m = round_step(state, client_states, round_data,
                                                      train_key)
         finite = np.asarray(m.finite)
         if not finite.all():
             k = int(np.flatnonzero(~finite)[0])
+            who = names[k] if len(finite) == len(names) else "all clients pooled"
             raise NonFiniteUpdateError(
-                f"round {r}: client {k} ({names[k]}) produced a non-finite update (mean local "
+                f"round {r}: client {k} ({who}) produced a non-finite update (mean local "
                 f"loss {float(m.train_loss[k])}); nothing was aggregated or saved. "
                 f"Try a smaller --lr.")
         state, client_states = new_state, new_client_states
@@ -400,9 +434,11 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     ckpt.wait_until_finished()
     ckpt.close()
 
-    ap = None
+    ap, ap_seconds = None, 0.0
     if c.ap:
+        t0 = time.perf_counter()
         ap = _personalize(c, algorithm, state, client_states, train_data, test_data, root, log)
+        ap_seconds = time.perf_counter() - t0
         with metrics_path.open("a") as f:
             for t in range(ap.curve[mode].shape[1]):
                 f.write(json.dumps({
@@ -414,11 +450,14 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
 
     report = make_report(c, scene, ag, personal, ap, mode)
     report["communication"] = comm
+    report["training"] = algorithm.training
+    report["timing"] = {"round_seconds": durations, "ap_seconds": ap_seconds}
     if c.dp_clip is not None:
         report["dp"] = dp_report(c, scene)
         log(f"DP-SGD: {report['dp']['note']}")
     (out / "report.json").write_text(json.dumps(report, indent=2))
-    table = format_table(report) + "\n\n" + communication.describe(comm)
+    table = format_table(report) + ("" if comm is None else
+                                     "\n\n" + communication.describe(comm))
     (out / "report.md").write_text(table + "\n")
     log(table)
     report["params"] = state.params

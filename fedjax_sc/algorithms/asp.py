@@ -1,0 +1,103 @@
+"""ASP: adversarial shared-private multi-task learning (Liu, Qiu and Huang 2017, Eq. 9-14), the
+centralised upper-range baseline of Li et al. 2021 (Sec. 5.4, Tables 2-3; no data privacy).
+
+Model: :class:`fedjax_sc.models.asp.ASPClassifier`. The loss of domain k's batch is
+
+    L = CE(y, softmax(W_k [s; p_k])) + lambda_adv CE(k, D(GRL(s))) + gamma ||S^T P_k||_F^2
+
+(task loss, adversarial loss through gradient reversal, orthogonality between the batch's
+shared features S and private features P_k, rows of padding left out). Liu et al.'s settings:
+lambda_adv = 0.05, gamma = 0.01.
+
+Training is centralised multi-task (``training="multitask"``, :mod:`fedjax_sc.run.multitask`):
+every step takes one batch of every domain, the shared leaves get the sum of all domains'
+gradients and each domain's private leaves its own. Liu et al. take single-domain batches in
+turn; summing the domains' losses is that sequence to first order, K times more parallel, and
+keeps FS's epoch budget (each domain's data once per epoch). Evaluation: each domain's own
+shared + private model (Ag^k of the paper's ASP column is this personal accuracy; there is no
+global model).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
+from fedjax_sc.algorithms.aggregate import weighted_mean
+from fedjax_sc.algorithms.losses import masked_mean
+from fedjax_sc.algorithms.optimizers import client_sgd
+from fedjax_sc.models.asp import ASPClassifier
+
+RULES = {"private": r"^private_", "shared": r"^(embedding|encoder|discriminator)/"}
+ADVERSARIAL_WEIGHT = 0.05
+ORTHOGONALITY_WEIGHT = 0.01
+
+
+def orthogonality(shared: jax.Array, private: jax.Array, mask: jax.Array) -> jax.Array:
+    """``||S^T P||_F^2`` over the real rows (Liu et al. 2017, Eq. 13): float32 scalar."""
+    m = mask.astype(shared.dtype)[:, None]
+    return jnp.sum(jnp.square((shared * m).T @ (private * m)))
+
+
+def asp_loss(model: ASPClassifier, adversarial: float = ADVERSARIAL_WEIGHT,
+             orthogonal: float = ORTHOGONALITY_WEIGHT):
+    """The anchored ASP loss (the domain label is ``start.client``); aux: ``accuracy``,
+    ``adversarial`` (discriminator CE), ``domain_accuracy``, ``orthogonality``."""
+
+    def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
+        del rng
+        out = model.apply({"params": params}, batch.tokens)
+        ce = optax.softmax_cross_entropy_with_integer_labels(out.logits, batch.labels)
+        domain = jnp.full(batch.labels.shape, start.client, jnp.int32)
+        adv = optax.softmax_cross_entropy_with_integer_labels(out.domain_logits, domain)
+        diff = orthogonality(out.shared_features, out.private_features, batch.mask)
+        total = masked_mean(ce + adversarial * adv, batch.mask) + orthogonal * diff
+        hit = lambda logits, y: masked_mean((jnp.argmax(logits, -1) == y).astype(jnp.float32),
+                                            batch.mask)
+        return total, {"accuracy": hit(out.logits, batch.labels),
+                       "adversarial": masked_mean(adv, batch.mask),
+                       "domain_accuracy": hit(out.domain_logits, domain),
+                       "orthogonality": diff}
+
+    return loss
+
+
+def asp(model: ASPClassifier, learning_rate: float = 0.01, momentum: float = 0.9,
+        embedding_learning_rate: float | None = None,
+        adversarial: float = ADVERSARIAL_WEIGHT,
+        orthogonal: float = ORTHOGONALITY_WEIGHT) -> Algorithm:
+    """Builds ASP.
+
+    Args:
+      model: ``ASPClassifier`` with ``num_domains`` = the number of clients.
+      learning_rate, momentum, embedding_learning_rate: SGD.
+      adversarial: lambda_adv (>= 0).
+      orthogonal: gamma (>= 0).
+
+    Raises:
+      ValueError: a negative weight, a model that is not an ``ASPClassifier``, or invalid
+        optimizer settings.
+    """
+    if adversarial < 0 or orthogonal < 0:
+        raise ValueError(f"ASP weights must be >= 0, got {adversarial}, {orthogonal}")
+    if not isinstance(model, ASPClassifier):
+        raise ValueError(f"asp needs an ASPClassifier, got {type(model).__name__}")
+
+    def predict(params: Params, tokens: jax.Array, anchor: Params | None = None):
+        del anchor
+        return {"full": jax.nn.softmax(model.apply({"params": params}, tokens).logits, -1)}
+
+    return Algorithm(
+        name="asp",
+        model=model,
+        client_loss=asp_loss(model, adversarial, orthogonal),
+        client_optimizer=client_sgd(learning_rate, momentum, embedding_learning_rate),
+        aggregator=weighted_mean,
+        predict=predict,
+        global_predict=None,
+        leaf_rules=RULES,
+        anchored=True,
+        training="multitask",
+    )

@@ -1,0 +1,213 @@
+"""Figures of finished runs: the convergence curves of Fig. 4 (Li et al. 2021; Ag per
+aggregation round, then Ap_t per personalisation step) and per-client bar charts in the style
+of Tables 2-3, optionally with the paper's figures (:mod:`fedjax_sc.run.paper`) marked.
+
+matplotlib is optional (``pip install 'fedjax_sc[plots]'``) and imported on first use; figures
+are drawn on an Agg canvas, without pyplot, so no global backend is switched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_NEED_MPL = "plots need matplotlib: pip install 'fedjax_sc[plots]'"
+_PNG_DPI = 120
+
+
+def read_curves(run_dir: str | Path) -> dict[str, list[Any]]:
+    """The Ag and Ap_t curves of one run, from ``<run_dir>/metrics.jsonl``.
+
+    Round lines (``"phase": "round"``) give ``"round"``, ``"Ag"`` and optionally
+    ``"personal": {mode: acc}``; Ap lines (``"phase": "ap"``) give ``"t"``, ``"steps"`` and
+    ``"Ap_t": {mode: acc}``. The mode is ``"ap_mode"`` of ``<run_dir>/report.json``, else the
+    first mode of the Ap lines (else of each round's ``"personal"``). A line repeated by a
+    resumed run (same round, or same t) counts once: the last one wins.
+
+    Args:
+      run_dir: a ``fedjax-sc train`` output directory.
+
+    Returns:
+      ``{"rounds": [int] R, "Ag": [float | None] R, "personal": [float | None] R,
+      "ap_steps": [int] n_Z + 1, "Ap_t": [float] n_Z + 1}``, rounds and t ascending;
+      accuracies as fractions in [0, 1], as the run wrote them. ``ap_steps`` are the
+      personalisation SGD steps taken before each Ap_t evaluation (t * z).
+
+    Raises:
+      FileNotFoundError: ``metrics.jsonl`` is missing.
+      ValueError: a line of ``metrics.jsonl`` (or ``report.json``) is not valid JSON, or an
+        Ap line lacks the Ap mode.
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file (not a fedjax-sc run directory?)")
+    rounds: dict[int, dict] = {}
+    ap: dict[int, tuple[int, dict]] = {}
+    with path.open() as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            row = _json(line, f"{path}, line {n}")
+            if row.get("phase", "round") == "round":
+                rounds[int(row["round"])] = row
+            elif row["phase"] == "ap":
+                ap[int(row["t"])] = (n, row)
+    mode = _ap_mode(run_dir)
+    if mode is None and ap:
+        mode = next(iter(next(iter(ap.values()))[1]["Ap_t"]))
+    ap_t = []
+    for t in sorted(ap):
+        n, row = ap[t]
+        if mode not in row["Ap_t"]:
+            raise ValueError(f"{path}, line {n}: Ap_t has no mode {mode!r} "
+                             f"(has {sorted(row['Ap_t'])})")
+        ap_t.append(float(row["Ap_t"][mode]))
+    order = sorted(rounds)
+    return {"rounds": order,
+            "Ag": [rounds[r].get("Ag") for r in order],
+            "personal": [_personal(rounds[r].get("personal"), mode) for r in order],
+            "ap_steps": [int(ap[t][1].get("steps", t)) for t in sorted(ap)],
+            "Ap_t": ap_t}
+
+
+def convergence_figure(runs: Mapping[str, str | Path], path: str | Path,
+                       title: str | None = None) -> Path:
+    """Fig. 4: per method, Ag per aggregation round, then Ap_t per personalisation step.
+
+    The x axis runs over rounds 1..R (Ag, or the personalised accuracy before fine-tuning,
+    labelled " (personal)", for runs without a global model), then on over x = R + t for the
+    Ap_t points t = 0..n_Z; a dashed vertical line marks the switch.
+
+    Args:
+      runs: ``{label: run directory}``, one line each (label: e.g. the method name).
+      path: where the PNG goes (parent directories are created).
+      title: the figure title, if any.
+
+    Returns:
+      ``path`` as a :class:`~pathlib.Path`.
+    """
+    fig, ax = _axes(figsize=(8.0, 4.5))
+    switches = set()
+    for label, run_dir in runs.items():
+        c = read_curves(run_dir)
+        ys = c["Ag"]
+        if ys and all(v is None for v in ys):
+            ys, label = c["personal"], f"{label} (personal)"
+        last = c["rounds"][-1] if c["rounds"] else 0
+        style = {"marker": ".", "markersize": 3, "linewidth": 1.2}
+        (line,) = ax.plot(c["rounds"], _percent(ys), label=label, **style)
+        if c["Ap_t"]:  # a separate segment: no line drawn across the switch
+            ax.plot([last + t for t in range(len(c["Ap_t"]))], _percent(c["Ap_t"]),
+                    color=line.get_color(), **style)
+            switches.add(last)
+    for x in sorted(switches):
+        ax.axvline(x, color="grey", linestyle="--", linewidth=0.8)
+    ax.set_xlabel("round (Ag) | personalisation step (Ap_t)")
+    ax.set_ylabel("accuracy (%)")
+    ax.grid(alpha=0.3)
+    if runs:
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(fig, ax, path, title)
+
+
+def per_client_figure(table: Mapping[str, Mapping[str, float]], path: str | Path,
+                      title: str | None = None,
+                      paper: Mapping[str, Mapping[str, float]] | None = None,
+                      scale: float | None = None) -> Path:
+    """Grouped bars of per-client accuracies (Ag^k or Ap^k, Tables 2-3), one bar per method.
+
+    Args:
+      table: ``{method: {client: accuracy}}``; the clients (x axis) are the first method's,
+        in its order, without ``"Avg"``.
+      path: where the PNG goes (parent directories are created).
+      title: the figure title, if any.
+      paper: ``{method: {client: percent}}`` (e.g. ``paper.TABLE3["fdu"]``): the paper's
+        value for the same method and client, drawn as a small black marker on the bar.
+      scale: multiplies ``table``'s values to percent; None: 100 when every value lies in
+        [0, 1] (fractions, as in ``report.json``), else 1 (already percent).
+
+    Returns:
+      ``path`` as a :class:`~pathlib.Path`.
+    """
+    methods = list(table)
+    clients = [c for c in (table[methods[0]] if methods else {}) if c != "Avg"]
+    if scale is None:
+        values = [v for m in methods for v in table[m].values() if v is not None]
+        scale = 100.0 if values and all(0.0 <= v <= 1.0 for v in values) else 1.0
+    fig, ax = _axes(figsize=(min(24.0, max(6.0, 0.12 * len(clients) * (len(methods) + 1))), 4.5))
+    width = 0.8 / max(1, len(methods))
+    shown: list[float] = []
+    paper_label = "paper"
+    for i, m in enumerate(methods):
+        xs = np.arange(len(clients)) + (i - (len(methods) - 1) / 2) * width
+        ys = [np.nan if table[m].get(c) is None else scale * table[m][c] for c in clients]
+        ax.bar(xs, ys, width=width, label=m)
+        shown += ys
+        for x, c in zip(xs, clients):
+            theirs = (paper or {}).get(m, {}).get(c)
+            if theirs is not None:
+                ax.plot([x], [theirs], marker="_", markersize=max(4.0, 40 * width),
+                        markeredgewidth=2, color="black", linestyle="none", label=paper_label)
+                paper_label = "_nolegend_"
+                shown.append(theirs)
+    finite = [v for v in shown if not math.isnan(v)]
+    if finite:  # zoom on the bars' tops: accuracies differ by a few points
+        ax.set_ylim(max(0.0, min(finite) - 5.0), min(100.0, max(finite) + 2.0))
+    ax.set_xticks(np.arange(len(clients)), clients, rotation=45, ha="right")
+    ax.set_ylabel("accuracy (%)")
+    ax.grid(axis="y", alpha=0.3)
+    if methods:
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(fig, ax, path, title)
+
+
+def _json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not valid JSON ({e.msg}, column {e.colno})") from None
+
+
+def _ap_mode(run_dir: Path) -> str | None:
+    path = run_dir / "report.json"
+    if not path.is_file():
+        return None
+    return _json(path.read_text(), str(path)).get("ap_mode")
+
+
+def _personal(personal: Mapping[str, float] | None, mode: str | None) -> float | None:
+    if not personal:
+        return None
+    if mode is None:
+        return personal[next(iter(personal))]
+    return personal.get(mode)
+
+
+def _percent(values: list[float | None]) -> list[float]:
+    return [np.nan if v is None else 100.0 * v for v in values]
+
+
+def _axes(figsize: tuple[float, float]) -> tuple[Any, Any]:
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError(_NEED_MPL, name="matplotlib") from e
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def _save(fig: Any, ax: Any, path: str | Path, title: str | None) -> Path:
+    if title:
+        ax.set_title(title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=_PNG_DPI, format="png", bbox_inches="tight")  # room for the legend
+    return path

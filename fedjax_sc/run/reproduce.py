@@ -1,0 +1,324 @@
+"""One command per paper table: run every method a table needs, then print our figures beside
+the paper's (Li et al. 2021, Sec. 5.4-5.6, Tables 2-8, Fig. 4).
+
+``fedjax-sc reproduce TABLE --scene fdu [--seeds N] [--quick]`` keeps a results store under
+``--out``: one directory per run, ``<out>/<scene>/<run>/seed-<s>/``, each a complete
+``fedjax-sc train`` run directory (``config.json``, ``metrics.jsonl``, ``checkpoints/``,
+``report.json``). A finished run (a report for the requested rounds) is skipped, an
+interrupted one resumed, so tables share runs (Table 2's KTEPS is Table 4's lambda1 = lambda2 =
+0.01 cell) and an interrupted reproduction continues where it stopped. Runs that differ from
+another run only in the Ap phase (Table 5's mu) copy that run's last checkpoint and redo the Ap
+phase alone.
+
+The table (Markdown, ``<out>/<scene>/<table>.md``) holds our mean +- std over the seeds (in
+percent) next to the paper's number in parentheses (:mod:`fedjax_sc.run.paper`). Tables 2-3
+also get a Fig. 4-style convergence plot and a per-client bar chart (PNG, with matplotlib,
+``pip install 'fedjax_sc[plots]'``).
+
+Presets: ``--quick`` = 1 round, n_Z = 5 Ap evaluations, 1 seed (a first look, minutes per
+run on a CPU); the full preset = the scene's paper settings (FDU 50 rounds, IYY 20; n_Z = 25)
+and 3 seeds. Every ``train`` option applies to every run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from fedjax_sc.run import paper
+from fedjax_sc.run.train import TrainConfig, train
+
+TABLES = ("table2", "table3", "table4", "table5", "table6", "table7", "table8")
+QUICK = {"rounds": 1, "ap_evals": 5, "seeds": 1}
+FULL_SEEDS = 3
+TABLE23_METHODS = {
+    "table2": ("indiv", "fs", "asp", "fedavg", "fedfusion", "pfl_da", "fedprox", "fedmmd",
+               "kteps", "kteps_star"),
+    "table3": ("indiv", "fs", "asp", "fedavg", "fedper", "lg_fedavg", "fedfusion", "pfl_da",
+               "fedprox", "fedmmd", "kteps", "kteps_star"),
+}
+PERSONAL_AS_AG = ("indiv", "asp")
+"""Methods without a global model whose Table 2 column is each client's own model."""
+
+
+class Run(NamedTuple):
+    """One configuration of the store.
+
+    Attributes:
+      name: its directory under ``<out>/<scene>/``.
+      overrides: TrainConfig fields set for it.
+      shares_training_with: the name of a run with the same training whose checkpoint it reuses
+        (only its Ap settings differ), or None.
+    """
+
+    name: str
+    overrides: dict[str, Any]
+    shares_training_with: str | None = None
+
+
+class Cell(NamedTuple):
+    """One table cell: the run, the figure read from its report, the paper's value."""
+
+    run: str
+    metric: Callable[[dict], float | None]
+    paper: float | None
+
+
+def _fmt(v: float) -> str:
+    return f"{v:g}"
+
+
+def plan(table: str, scene: str, embed_dim: int) -> tuple[list[Run], dict[str, dict[str, Cell]]]:
+    """The runs a table needs and its cells ``{row: {column: Cell}}``.
+
+    Raises:
+      ValueError: an unknown table, or Table 8 on a scene other than fdu.
+    """
+    avg = lambda key: (lambda r: r.get(key))
+    if table in TABLE23_METHODS:
+        methods = TABLE23_METHODS[table]
+        runs = [Run(m, {"algorithm": m}) for m in methods]
+        source = paper.TABLE2 if table == "table2" else paper.TABLE3
+        rows = [*_client_names(scene), "Avg"]
+        cells = {row: {m: Cell(m, _client_metric(table, m, row), source.get(scene, {})
+                               .get(m, {}).get(row)) for m in methods} for row in rows}
+        return runs, cells
+    if table == "table4":
+        grid = (0.0, 0.001, 0.01)
+        runs = [Run(_kteps_name(a, b), {"algorithm": "kteps", "lambda_kt": a, "lambda_div": b})
+                for a in grid for b in grid]
+        ref = paper.TABLE4.get(scene, {})
+        cells = {f"lambda1 = {_fmt(a)}": {f"{m} lambda2 = {_fmt(b)}": Cell(
+            _kteps_name(a, b), avg(m), ref.get(m, {}).get(a, {}).get(b))
+            for m in ("Ag", "Ap") for b in grid} for a in grid}
+        return runs, cells
+    if table == "table5":
+        mus = (1.0, 0.1, 0.01, 0.001)
+        runs = [Run(m, {"algorithm": m}) for m in ("kteps", "kteps_star")]
+        runs += [Run(f"{m}_mu-{_fmt(mu)}", {"algorithm": m, "ap_lr_mult": mu}, m)
+                 for m in ("kteps", "kteps_star") for mu in mus if mu != 0.01]
+        name = lambda m, mu: m if mu == 0.01 else f"{m}_mu-{_fmt(mu)}"
+        ref = paper.TABLE5.get(scene, {})
+        cells = {m: {f"mu = {_fmt(mu)}": Cell(name(m, mu), avg("Ap"),
+                                              ref.get(m, {}).get(mu)) for mu in mus}
+                 for m in ("kteps", "kteps_star")}
+        return runs, cells
+    if table == "table6":
+        runs = [Run(m, {"algorithm": m}) for m in ("kteps", "kteps_star")]
+        ref = paper.TABLE6.get(scene, {})
+        cells = {m: {mode: Cell(m, lambda r, mode=mode: (r.get("Ap_modes") or {}).get(mode),
+                                ref.get(m, {}).get(mode)) for mode in ("s", "p", "sp")}
+                 for m in ("kteps", "kteps_star")}
+        return runs, cells
+    if table == "table7":
+        d1s, fractions = (1, 2, 3, 6), (1.0, 0.75)
+        bands = {(f, d1): (d1, max(1, int(np.floor(f * embed_dim + 0.5))))
+                 for f in fractions for d1 in d1s}
+        runs = [Run(f"kteps_star_d1-{b[0]}_d2-{b[1]}", {"algorithm": "kteps_star",
+                                                         "pca_band": b}) for b in bands.values()]
+        ref = paper.TABLE7.get(scene, {})
+        cells = {f"d2 = {bands[(f, 1)][1]} ({_fmt(f)} d)": {
+            f"{m} d1 = {d1}": Cell(f"kteps_star_d1-{d1}_d2-{bands[(f, d1)][1]}", avg(m),
+                                   ref.get(m, {}).get(f, {}).get(d1))
+            for m in ("Ag", "Ap") for d1 in d1s} for f in fractions}
+        return runs, cells
+    if table == "table8":
+        if scene != "fdu":
+            raise ValueError("Table 8 is an FDU experiment (--scene fdu)")
+        lambdas, archs = (0.0, 0.001, 0.01, 0.1), ("arch_a", "arch_b", "arch_c")
+        runs = [Run(f"{a}_l1-{_fmt(l)}", {"algorithm": a, "lambda_kt": l})
+                for l in lambdas for a in archs]
+        ref = paper.TABLE8["fdu"]
+        cells = {f"lambda1 = {_fmt(l)}": {f"{m} {a[-1].upper()}": Cell(
+            f"{a}_l1-{_fmt(l)}", avg(m), ref.get(m, {}).get(l, {}).get(a))
+            for m in ("Ag", "Ap") for a in archs} for l in lambdas}
+        return runs, cells
+    raise ValueError(f"unknown table {table!r}; choose from {TABLES}")
+
+
+def _kteps_name(a: float, b: float) -> str:
+    return "kteps" if (a, b) == (0.01, 0.01) else f"kteps_l1-{_fmt(a)}_l2-{_fmt(b)}"
+
+
+def _client_names(scene: str) -> tuple[str, ...]:
+    if scene == "fdu":
+        from fedjax_sc.data.corpus import FDU_DOMAINS
+        return FDU_DOMAINS
+    if scene == "iyy":
+        return ("imdb", "yelp13", "yelp14")
+    return ()  # synthetic: the rows are read from the reports
+
+
+def _client_metric(table: str, method: str, client: str) -> Callable[[dict], float | None]:
+    key = "Ap" if table == "table3" else "Ag"
+
+    def read(report: dict) -> float | None:
+        fallback = key == "Ag" and method in PERSONAL_AS_AG
+        if client == "Avg":
+            if fallback:
+                return float(np.mean([r["personal"] for r in report["clients"]]))
+            return report.get(key)
+        for r in report["clients"]:
+            if r["client"] == client:
+                return r["personal"] if fallback else r.get(key)
+        return None
+
+    return read
+
+
+def run_dir(out: Path, scene: str, run: str, seed: int) -> Path:
+    """Where run ``run`` with seed ``seed`` lives in the store."""
+    return out / scene / run / f"seed-{seed}"
+
+
+def finished(where: Path, c: TrainConfig) -> dict | None:
+    """The report of a complete run in ``where`` (rounds and Ap as ``c`` asks), else None."""
+    path = where / "report.json"
+    if not path.exists():
+        return None
+    report = json.loads(path.read_text())
+    ok = report.get("rounds") == c.rounds and (not c.ap or report.get("Ap") is not None)
+    if ok and c.ap:
+        s = report.get("ap_settings", {})
+        ok = (s.get("n_Z"), s.get("z"), s.get("mu")) == (c.ap_evals, c.ap_steps, c.ap_lr_mult)
+    return report if ok else None
+
+
+def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[int],
+              log: Callable[[str], None] = print, plots: bool = True) -> str:
+    """Runs (or resumes, or skips) every run of ``table`` for every seed; returns the Markdown.
+
+    Args:
+      table: one of :data:`TABLES`.
+      base: settings shared by all runs (scene, data, rounds, embeddings...); each run sets
+        its own ``algorithm`` and settings, ``seed``, ``out`` and ``resume``.
+      out: the store's root.
+      seeds: the seeds (mean +- std over them).
+      log: progress lines.
+      plots: write the PNG figures of Tables 2-3 (skipped with a note without matplotlib).
+
+    Raises:
+      ValueError: an unknown table or invalid settings (from the runs' configs).
+    """
+    out = Path(out)
+    c0 = base.resolved()
+    runs, cells = plan(table, c0.scene, c0.embed_dim)
+    reports: dict[tuple[str, int], dict] = {}
+    for seed in seeds:
+        for run in runs:
+            c = dataclasses.replace(base, **run.overrides, seed=seed,
+                                    out=str(run_dir(out, c0.scene, run.name, seed)),
+                                    resume=False, overwrite=False).resolved()
+            reports[(run.name, seed)] = _ensure(run, c, out, log)
+    if c0.scene == "synthetic" and table in TABLE23_METHODS:
+        names = [r["client"] for r in next(iter(reports.values()))["clients"]]
+        cells = {row: {m: cell._replace(metric=_client_metric(table, m, row)) for m, cell in
+                       next(iter(cells.values())).items()} for row in [*names, "Avg"]}
+    text = format_table(table, c0, cells, reports, seeds)
+    target = out / c0.scene / f"{table}.md"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if plots and table in TABLE23_METHODS:
+        text += "\n\n" + _figures(table, c0, runs, cells, reports, seeds, out)
+    text += "\n\n" + cost_line(out, c0, runs, seeds)
+    target.write_text(text + "\n")
+    log(text)
+    return text
+
+
+def _ensure(run: Run, c: TrainConfig, out: Path, log: Callable[[str], None]) -> dict:
+    where = Path(c.out)
+    report = finished(where, c)
+    if report is not None:
+        log(f"== {run.name} seed {c.seed}: finished in {where}, skipped")
+        return report
+    if not (where / "config.json").exists() and run.shares_training_with:
+        source = where.parent.parent / run.shares_training_with / where.name
+        if (source / "report.json").exists() and (source / "checkpoints").exists():
+            log(f"== {run.name} seed {c.seed}: reusing the training of {source}")
+            where.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(source / "checkpoints", where / "checkpoints")
+            for name in ("config.json", "metrics.jsonl"):
+                shutil.copy(source / name, where / name)
+    resume = (where / "config.json").exists()
+    log(f"== {run.name} seed {c.seed}: {'resuming' if resume else 'starting'} {where}")
+    train(dataclasses.replace(c, resume=resume), log=log)
+    report = finished(where, c)
+    if report is None:
+        raise RuntimeError(f"{where}: the run ended without a complete report")
+    return report
+
+
+def format_table(table: str, c: TrainConfig, cells: dict[str, dict[str, Cell]],
+                 reports: dict[tuple[str, int], dict], seeds: Sequence[int]) -> str:
+    """Markdown: ``ours (paper)`` per cell, ours = mean +- std over seeds in percent."""
+    columns = list(next(iter(cells.values())))
+    n = len(seeds)
+    head = (f"{table.capitalize()} on {c.scene}: ours (paper), ours = mean"
+            f"{' +- std' if n > 1 else ''} over {n} seed{'s' if n > 1 else ''}; "
+            f"{c.rounds} rounds, d = {c.embed_dim} ({c.embeddings}), n_Z = {c.ap_evals}. "
+            f"Paper: d = 200 GloVe, FDU 50 / IYY 20 rounds, n_Z = 25.")
+    lines = [head, "", "| | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    for row, by_column in cells.items():
+        out = []
+        for col in columns:
+            cell = by_column[col]
+            values = [cell.metric(reports[(cell.run, s)]) for s in seeds]
+            values = [100 * v for v in values if v is not None]
+            ours = ("n/a" if not values else f"{np.mean(values):.1f}" +
+                    (f" +- {np.std(values, ddof=1):.1f}" if len(values) > 1 else ""))
+            out.append(ours + ("" if cell.paper is None else f" ({cell.paper})"))
+        lines.append(f"| {'**Avg**' if row == 'Avg' else row} | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
+def _figures(table, c, runs, cells, reports, seeds, out: Path) -> str:
+    try:
+        from fedjax_sc.run import plots
+        seed = seeds[0]
+        curves = {r.name: run_dir(out, c.scene, r.name, seed) for r in runs}
+        conv = plots.convergence_figure(curves, out / c.scene / f"{table}-convergence.png",
+                                        title=f"{c.scene}: Ag per round, then Ap_t (seed {seed})")
+        ours = {m: {row: by_col[m].metric(reports[(m, seed)])
+                    for row, by_col in cells.items() if row != "Avg"} for m in
+                next(iter(cells.values()))}
+        ours = {m: {k: v for k, v in d.items() if v is not None} for m, d in ours.items()}
+        theirs = {m: {row: by_col[m].paper for row, by_col in cells.items()
+                      if by_col[m].paper is not None} for m in next(iter(cells.values()))}
+        bars = plots.per_client_figure(ours, out / c.scene / f"{table}-per-client.png",
+                                       title=f"{table} on {c.scene} (seed {seed}); markers: "
+                                       f"paper", paper=theirs or None)
+        return f"Figures: {conv}, {bars}"
+    except ModuleNotFoundError as e:
+        return f"Figures skipped: {e}"
+
+
+def cost_line(out: Path, c: TrainConfig, runs: Sequence[Run], seeds: Sequence[int]) -> str:
+    """The measured compute time of the table's runs (rounds + Ap phase, from their metrics
+    and reports) and an estimate for the full paper settings (scene preset rounds, n_Z = 25,
+    3 seeds) at the same speed."""
+    from fedjax_sc.run import configs
+    spent, full = 0.0, 0.0
+    full_rounds = configs.SCENE_DEFAULTS[c.scene]["rounds"]
+    trained = {r.name for r in runs if r.shares_training_with is None}
+    for r in runs:
+        for s in seeds:
+            where = run_dir(out, c.scene, r.name, s)
+            rounds = [json.loads(line) for line in (where / "metrics.jsonl").read_text()
+                      .splitlines() if line.strip()]
+            secs = [x["seconds"] for x in rounds if x.get("phase", "round") == "round"]
+            report = json.loads((where / "report.json").read_text())
+            ap = report.get("timing", {}).get("ap_seconds", 0.0)
+            if r.name in trained:
+                spent += sum(secs)
+                full += float(np.mean(secs)) * full_rounds * FULL_SEEDS / len(seeds) if secs else 0
+            spent += ap
+            full += ap * 25 / max(c.ap_evals, 1) * FULL_SEEDS / len(seeds)
+    return (f"Compute: {spent / 60:.1f} min of rounds and Ap phases for this table "
+            f"(compile and evaluation not counted); the full settings ({full_rounds} rounds, "
+            f"n_Z = 25, {FULL_SEEDS} seeds) would take about {full / 3600:.1f} h at this speed.")

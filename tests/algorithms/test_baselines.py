@@ -1,0 +1,218 @@
+"""Invariants of the baselines: FedProx, FedMMD, FedFusion, FedKC, Indiv, FS, ASP."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fedjax_sc.algorithms import fedkc as fedkc_lib
+from fedjax_sc.algorithms.asp import asp, orthogonality
+from fedjax_sc.algorithms.base import Batch, ClientStart
+from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.algorithms.fedfusion import fedfusion
+from fedjax_sc.algorithms.fedmmd import fedmmd
+from fedjax_sc.algorithms.fedprox import fedprox, squared_distance
+from fedjax_sc.algorithms.indiv import indiv
+from fedjax_sc.algorithms.losses import mmd
+from fedjax_sc.data.scenes import synthetic_scene
+from fedjax_sc.models.asp import ASPClassifier, gradient_reversal
+from fedjax_sc.models.fusion import FusionClassifier
+from fedjax_sc.models.text_classifier import TextClassifier, init_params
+from fedjax_sc.run import communication
+from fedjax_sc.run import round as rnd
+from fedjax_sc.run.multitask import build_multitask_round
+
+DIMS = dict(embed_dim=8, hidden=4, mlp_hidden=6)
+
+
+@pytest.fixture(scope="module")
+def scene():
+    return synthetic_scene(num_clients=3, train_per_client=12, test_per_client=4, max_len=8,
+                           seed=5)
+
+
+@pytest.fixture(scope="module")
+def model(scene):
+    return TextClassifier(vocab_size=len(scene.vocab), **DIMS)
+
+
+def _run(algorithm, scene, params, rounds=1, data=None, builder=rnd.build_round):
+    data = data or rnd.client_data(scene.train, local_vocab=True)
+    state, clients = rnd.init_states(algorithm, params, data.num_clients)
+    step = jax.jit(builder(algorithm, batch_size=4, local_epochs=1))
+    for _ in range(rounds):
+        state, clients, metrics = step(state, clients, data, jax.random.key(3))
+    return state, clients, metrics
+
+
+@pytest.mark.parametrize("build", [lambda m: fedprox(m, mu=0.0),
+                                   lambda m: fedmmd(m, weight=0.0)], ids=["fedprox", "fedmmd"])
+def test_zero_weight_plug_in_equals_fedavg(scene, model, build):
+    params = init_params(model, jax.random.key(0))
+    ours, _, metrics = _run(build(model), scene, params)
+    reference, _, _ = _run(fedavg(model), scene, params)
+    chex.assert_trees_all_close(ours.params, reference.params, atol=1e-6)
+    assert set(metrics.aux) & {"proximal", "mmd"}
+
+
+def test_proximal_term_pulls_towards_the_start(scene, model):
+    params = init_params(model, jax.random.key(0))
+    free, _, _ = _run(fedavg(model, 0.1), scene, params)
+    held, _, metrics = _run(fedprox(model, 0.1, mu=3.0), scene, params)
+    assert squared_distance(held.params, params) < 0.5 * squared_distance(free.params, params)
+    assert float(metrics.aux["proximal"].min()) > 0
+    with pytest.raises(ValueError, match="mu"):
+        fedprox(model, mu=-1.0)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(2, 6), st.integers(1, 5), st.integers(0, 2**16))
+def test_mmd_of_identical_features_is_zero_and_positive_otherwise(b, f, seed):
+    x = jax.random.normal(jax.random.key(seed), (b, f))
+    assert float(mmd(x, x)) == pytest.approx(0.0, abs=1e-6)
+    assert float(mmd(x, x + 3.0)) > 1e-3
+    # padding rows are left out of both samples
+    mask = jnp.arange(b + 2) < b
+    padded = lambda a, v: jnp.concatenate([a, jnp.full((2, f), v)])
+    assert float(mmd(padded(x, 9.0), padded(x + 3.0, -9.0), mask)) == pytest.approx(
+        float(mmd(x, x + 3.0)), rel=1e-5)
+
+
+def test_gradient_reversal_flips_the_sign():
+    f = lambda x, s: jnp.sum(jnp.sin(gradient_reversal(x, s)))
+    x = jnp.linspace(-1.0, 1.0, 5)
+    np.testing.assert_allclose(gradient_reversal(x, 0.5), x)
+    np.testing.assert_allclose(jax.grad(f)(x, 1.0), -jnp.cos(x), rtol=1e-6)
+    np.testing.assert_allclose(jax.grad(f)(x, 0.5), -0.5 * jnp.cos(x), rtol=1e-6)
+
+
+def test_orthogonality_is_zero_for_orthogonal_features():
+    s = jnp.array([[1.0, 0.0], [0.0, 0.0]])
+    p = jnp.array([[0.0, 0.0], [0.0, 2.0]])
+    assert float(orthogonality(s, p, jnp.array([True, True]))) == 0.0
+    assert float(orthogonality(s, s + p, jnp.array([True, True]))) == 1.0
+    assert float(orthogonality(s, s + p, jnp.array([False, True]))) == 0.0
+
+
+def test_fusion_starts_as_the_plain_model_and_uses_the_frozen_features(scene):
+    fused = FusionClassifier(vocab_size=len(scene.vocab), **DIMS)
+    plain = TextClassifier(vocab_size=len(scene.vocab), **DIMS)
+    params = init_params(fused, jax.random.key(1))
+    tokens = jnp.asarray(scene.test.tokens[0, :4])
+    without = {k: v for k, v in params.items() if k != "fuse"}
+    np.testing.assert_allclose(fused.apply({"params": params}, tokens),
+                               plain.apply({"params": without}, tokens), atol=1e-6)
+    alg = fedfusion(fused)
+    other = init_params(fused, jax.random.key(2))
+    batch = Batch(tokens, jnp.asarray(scene.test.labels[0, :4]), jnp.ones(4, bool))
+    same = alg.client_loss(params, batch, None, ClientStart(params))[0]
+    moved = alg.client_loss(params, batch, None, ClientStart(other))[0]
+    assert float(same) != float(moved)  # the frozen extractor's features enter the loss
+    grads = jax.grad(lambda p: alg.client_loss(params, batch, None, ClientStart(p))[0])(other)
+    assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree.leaves(grads))
+    probs = alg.predict(params, tokens, other)["full"]
+    np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_kmeans_assigns_points_to_their_nearest_centre_and_ignores_padding():
+    x = jnp.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0], [100.0, 100.0]])
+    mask = jnp.array([True, True, True, True, False])
+    centres, assign = fedkc_lib.kmeans(x, mask, 2, 5, jax.random.key(0))
+    got = sorted(np.asarray(centres).tolist())
+    np.testing.assert_allclose(got, [[0.05, 0.0], [5.05, 5.0]], rtol=1e-5)
+    assert assign[0] == assign[1] != assign[2] == assign[3]
+
+
+def test_fedkc_consistency_uses_the_other_clients_only(scene, model):
+    alg = fedkc_lib.fedkc(fedavg(model), num_clusters=2, iterations=3)
+    params = init_params(model, jax.random.key(0))
+    data = rnd.client_data(scene.train)
+    knowledge = jax.vmap(lambda t, y, m, k: alg.knowledge(params, t, y, m, k))(
+        data.tokens, data.labels, data.mask, jax.random.split(jax.random.key(0), 3))
+    chex.assert_shape(knowledge["centroids"], (3, 2, 2 * DIMS["hidden"]))
+    np.testing.assert_allclose(knowledge["probs"].sum(-1)[knowledge["sizes"] > 0], 1.0,
+                               rtol=1e-5)
+    np.testing.assert_array_equal(knowledge["sizes"].sum(-1), scene.train.counts)
+    batch = Batch(data.tokens[0, :4], data.labels[0, :4], data.mask[0, :4])
+    only_own = jax.tree.map(lambda a: a[:1], knowledge)
+    _, aux = alg.client_loss(params, batch, None, ClientStart(params, only_own, 0))
+    assert float(aux["consistency"]) == 0.0
+    _, aux = alg.client_loss(params, batch, None, ClientStart(params, knowledge, 0))
+    assert float(aux["consistency"]) > 0.0
+    state, _, metrics = _run(alg, scene, params)  # runs inside the compiled round
+    chex.assert_tree_all_finite(state.params)
+    assert float(metrics.aux["consistency"].min()) > 0.0
+
+
+def test_indiv_never_communicates_and_trains_each_client_alone(scene, model):
+    alg = indiv(model, 0.1)
+    params = init_params(model, jax.random.key(0))
+    state, clients, _ = _run(alg, scene, params, rounds=2)
+    assert state.params == {}
+    comm = communication.account(alg, state, rnd.client_data(scene.train, local_vocab=True))
+    assert comm.upload_sent_bytes.sum() == comm.download_bytes.sum() == 0
+    # client 0 trained with the others equals client 0 trained on its own
+    alone = rnd.client_data(type(scene.train)(*(np.asarray(getattr(scene.train, f))[:1] for f in
+                                                ("tokens", "labels", "mask", "counts"))),
+                            local_vocab=True)
+    _, solo, _ = _run(alg, scene, params, rounds=2, data=alone)
+    chex.assert_trees_all_close(jax.tree.map(lambda a: a[0], clients.private),
+                                jax.tree.map(lambda a: a[0], solo.private), atol=1e-6)
+
+
+def test_fs_equals_fedavg_with_one_client_holding_all_data(tmp_path):
+    import dataclasses
+    from fedjax_sc.run.train import TrainConfig, build_setup, load_scene, train
+    c = TrainConfig(algorithm="fs", rounds=2, synthetic_clients=3, synthetic_train=12,
+                    synthetic_test=4, max_len=8, embed_dim=8, hidden=4, mlp_hidden=6, ap=False,
+                    batch_size=4, local_epochs=1, out=str(tmp_path / "fs"))
+    report = train(c, log=lambda s: None)
+    c = dataclasses.replace(c, algorithm="fedavg").resolved()
+    scene = load_scene(c)
+    setup = build_setup(c, scene, log=lambda s: None)
+    pooled = rnd.client_data(scene.train.pooled(), local_vocab=True)
+    assert pooled.num_clients == 1 and int(pooled.counts[0]) == int(scene.train.counts.sum())
+    step = jax.jit(rnd.build_round(setup.algorithm, batch_size=4, local_epochs=1))
+    state, clients = setup.state, rnd.ClientStates({})
+    for _ in range(2):
+        state, clients, _ = step(state, clients, pooled, setup.train_key)
+    chex.assert_trees_all_close(report["params"], state.params, atol=1e-6)
+
+
+def test_multitask_round_with_one_client_equals_the_federated_round(scene):
+    model = ASPClassifier(vocab_size=len(scene.vocab), num_domains=1, **DIMS)
+    alg = asp(model, 0.1)
+    params = init_params(model, jax.random.key(0))
+    one = type(scene.train)(*(np.asarray(getattr(scene.train, f))[1:2] for f in
+                              ("tokens", "labels", "mask", "counts")))
+    data = rnd.client_data(one)
+    central, c_clients, c_metrics = _run(alg, scene, params, rounds=2, data=data,
+                                         builder=build_multitask_round)
+    federated, f_clients, _ = _run(alg._replace(training="federated"), scene, params,
+                                   rounds=2, data=data)
+    chex.assert_trees_all_close(central.params, federated.params, atol=1e-5)
+    chex.assert_trees_all_close(c_clients.private, f_clients.private, atol=1e-5)
+    assert {"adversarial", "domain_accuracy", "orthogonality"} <= set(c_metrics.aux)
+
+
+def test_multitask_round_leaves_a_client_without_data_unchanged(scene):
+    model = ASPClassifier(vocab_size=len(scene.vocab), num_domains=3, **DIMS)
+    alg = asp(model, 0.1)
+    arrays = scene.train
+    mask = np.asarray(arrays.mask).copy()
+    mask[2] = False
+    counts = np.asarray(arrays.counts).copy()
+    counts[2] = 0
+    data = rnd.client_data(type(arrays)(arrays.tokens, arrays.labels, mask, counts))
+    params = init_params(model, jax.random.key(0))
+    state, clients, metrics = _run(alg, scene, params, data=data,
+                                   builder=build_multitask_round)
+    start = rnd.init_states(alg, params, 3)[1]
+    chex.assert_trees_all_equal(jax.tree.map(lambda a: a[2], clients.private),
+                                jax.tree.map(lambda a: a[2], start.private))
+    assert int(metrics.steps[2]) == 0 and int(metrics.steps[0]) > 0
+    with pytest.raises(ValueError, match="global vocabulary ids"):
+        build_multitask_round(alg, batch_size=4, local_epochs=1)(
+            state, clients, rnd.client_data(arrays, local_vocab=True), jax.random.key(0))

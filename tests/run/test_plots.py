@@ -1,0 +1,123 @@
+"""Figures of finished runs: reading metrics.jsonl, Fig. 4 curves and per-client bars."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedjax_sc.run import plots
+from fedjax_sc.run.paper import TABLE3
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _write_run(run_dir: Path, rows: list[dict], report: dict | None) -> Path:
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if report is not None:
+        (run_dir / "report.json").write_text(json.dumps(report))
+    return run_dir
+
+
+def _ap_rows(values: dict[str, list[float]], z: int = 5) -> list[dict]:
+    n = len(next(iter(values.values())))
+    return [{"phase": "ap", "round": 3, "t": t, "steps": t * z,
+             "Ap_t": {k: v[t] for k, v in values.items()}} for t in range(n)]
+
+
+@pytest.fixture
+def kteps_run(tmp_path: Path) -> Path:
+    """Two-branch run: Ag per round, personal per mode, Ap mode "sp" from report.json."""
+    rows = [{"phase": "round", "round": r, "Ag": ag, "train_loss": 0.5,
+             "personal": {"s": ag - 0.01, "p": ag + 0.01, "sp": ag + 0.02}}
+            for r, ag in ((1, 0.6), (2, 0.7), (3, 0.75))]
+    rows += _ap_rows({"s": [0.7, 0.71, 0.72], "p": [0.76, 0.78, 0.79], "sp": [0.77, 0.8, 0.81]})
+    return _write_run(tmp_path / "kteps", rows, {"algorithm": "kteps", "ap_mode": "sp"})
+
+
+@pytest.fixture
+def fedper_run(tmp_path: Path) -> Path:
+    """No global model (Ag null), no report.json: the Ap mode is the Ap lines' only one."""
+    rows = [{"phase": "round", "round": r, "Ag": None, "personal": {"full": acc}}
+            for r, acc in ((1, 0.55), (2, 0.65), (3, 0.7))]
+    rows += _ap_rows({"full": [0.7, 0.74, 0.76, 0.77]})
+    return _write_run(tmp_path / "fedper", rows, report=None)
+
+
+def test_read_curves(kteps_run, fedper_run):
+    c = plots.read_curves(kteps_run)
+    assert c["rounds"] == [1, 2, 3]
+    assert c["Ag"] == [0.6, 0.7, 0.75]
+    assert c["personal"] == pytest.approx([0.62, 0.72, 0.77])
+    assert c["ap_steps"] == [0, 5, 10]
+    assert c["Ap_t"] == [0.77, 0.8, 0.81]
+
+    c = plots.read_curves(str(fedper_run))
+    assert c["Ag"] == [None, None, None]
+    assert c["personal"] == [0.55, 0.65, 0.7]
+    assert c["ap_steps"] == [0, 5, 10, 15]
+    assert c["Ap_t"] == [0.7, 0.74, 0.76, 0.77]
+
+
+def test_read_curves_resumed_run_counts_each_round_once(tmp_path):
+    rows = [{"phase": "round", "round": 1, "Ag": 0.5}, {"phase": "round", "round": 2, "Ag": 0.6},
+            {"phase": "round", "round": 2, "Ag": 0.65}]
+    c = plots.read_curves(_write_run(tmp_path / "r", rows, {"ap_mode": "full"}))
+    assert c == {"rounds": [1, 2], "Ag": [0.5, 0.65], "personal": [None, None],
+                 "ap_steps": [], "Ap_t": []}
+
+
+def test_read_curves_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
+        plots.read_curves(tmp_path)
+
+
+def test_read_curves_bad_line(tmp_path):
+    run = tmp_path / "bad"
+    run.mkdir()
+    good = json.dumps({"phase": "round", "round": 1, "Ag": 0.5})
+    (run / "metrics.jsonl").write_text(f"{good}\n{good[:-5]}\n")
+    with pytest.raises(ValueError, match=r"metrics\.jsonl, line 2: not valid JSON") as e:
+        plots.read_curves(run)
+    assert str(run / "metrics.jsonl") in str(e.value)
+
+
+def test_read_curves_unknown_mode(tmp_path):
+    rows = _ap_rows({"full": [0.5, 0.6]})
+    run = _write_run(tmp_path / "r", rows, {"ap_mode": "sp"})
+    with pytest.raises(ValueError, match="line 1: Ap_t has no mode 'sp'"):
+        plots.read_curves(run)
+
+
+def _assert_png(path: Path):
+    assert path.is_file()
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_convergence_figure(kteps_run, fedper_run, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = plots.convergence_figure({"kteps": kteps_run, "fedper": fedper_run},
+                                   tmp_path / "figs" / "fig4.png", title="FDU")
+    assert out == tmp_path / "figs" / "fig4.png"
+    _assert_png(out)
+
+
+def test_per_client_figure(tmp_path):
+    pytest.importorskip("matplotlib")
+    ours = {"kteps": {"apparel": 0.85, "baby": 0.9, "Avg": 0.875},
+            "fedper": {"apparel": 0.86, "baby": 0.87}}
+    out = plots.per_client_figure(ours, tmp_path / "bars.png", title="Ap^k",
+                                  paper=TABLE3["fdu"])
+    _assert_png(out)
+    _assert_png(plots.per_client_figure(TABLE3["iyy"], tmp_path / "paper.png"))
+
+
+def test_missing_matplotlib(monkeypatch, tmp_path):
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'fedjax_sc\[plots\]'"):
+        plots.per_client_figure({"a": {"x": 0.5}}, tmp_path / "x.png")

@@ -1,0 +1,89 @@
+"""``fedjax-sc reproduce``: the tables' plans, the Markdown, the results store (skip, reuse)."""
+
+import json
+
+import pytest
+
+from fedjax_sc.run import paper
+from fedjax_sc.run.cli import main
+from fedjax_sc.run.reproduce import TABLE23_METHODS, TABLES, format_table, plan, run_dir
+from fedjax_sc.run.train import TrainConfig
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_every_cell_reads_a_planned_run_and_fdu_cells_carry_the_paper(table):
+    runs, cells = plan(table, "fdu", 50)
+    names = [r.name for r in runs]
+    assert len(names) == len(set(names))
+    for row in cells.values():
+        for cell in row.values():
+            assert cell.run in names
+    # every paper figure of the table has a cell
+    filled = sum(c.paper is not None for row in cells.values() for c in row.values())
+    expected = {"table2": 17 * 10, "table3": 17 * 12, "table4": 18, "table5": 8,
+                "table6": 6, "table7": 16, "table8": 24}[table]
+    assert filled == expected
+    for r in runs:  # runs that share training differ from their source in Ap settings only
+        if r.shares_training_with:
+            source = next(x for x in runs if x.name == r.shares_training_with)
+            assert set(r.overrides) - set(source.overrides) == {"ap_lr_mult"}
+
+
+def test_table2_uses_personal_accuracy_without_a_global_model_and_formats_mean_std():
+    runs, cells = plan("table2", "fdu", 50)
+    clients = [{"client": n, "Ag": 0.8, "personal": 0.7, "Ap": 0.75}
+               for n in paper.TABLE2["fdu"]["fedavg"] if n != "Avg"]
+    reports = {}
+    for i, seed in enumerate((0, 1)):
+        for r in runs:
+            no_global = r.name in ("indiv", "asp")
+            reports[(r.name, seed)] = {
+                "Ag": None if no_global else 0.8 + 0.02 * i, "Ap": 0.75,
+                "clients": [dict(c, Ag=None if no_global else 0.8 + 0.02 * i)
+                            for c in clients]}
+    text = format_table("table2", TrainConfig(scene="fdu", data_dir="x", rounds=1).resolved(),
+                        cells, reports, (0, 1))
+    avg = next(line for line in text.splitlines() if line.startswith("| **Avg**"))
+    cols = [c.strip() for c in avg.strip("|").split("|")][1:]
+    assert cols[0] == "70.0 +- 0.0 (81.1)"  # indiv: each client's own model
+    assert cols[3] == "81.0 +- 1.4 (85.1)"  # fedavg: Ag, mean +- sample std over 2 seeds
+    assert len(cols) == len(TABLE23_METHODS["table2"])
+
+
+def test_reproduce_runs_once_reuses_training_for_ap_variants_and_skips_when_done(
+        tmp_path, capsys, monkeypatch):
+    from fedjax_sc.run import reproduce as lib
+    full_plan = lib.plan
+
+    def kteps_only(table, scene, embed_dim):  # Table 5 restricted to KTEPS, mu 0.01 and 1
+        runs, cells = full_plan(table, scene, embed_dim)
+        keep = {"kteps", "kteps_mu-1"}
+        return ([r for r in runs if r.name in keep],
+                {"kteps": {k: c for k, c in cells["kteps"].items() if c.run in keep}})
+
+    monkeypatch.setattr(lib, "plan", kteps_only)
+    tiny = ["--scene", "synthetic", "--synthetic-clients", "2", "--synthetic-train", "16",
+            "--synthetic-test", "8", "--max-len", "8", "--embed-dim", "8", "--hidden", "4",
+            "--mlp-hidden", "6", "--ap-steps", "2", "--quick", "--no-plots",
+            "--out", str(tmp_path)]
+    assert main(["reproduce", "table5", *tiny]) == 0
+    out = capsys.readouterr().out
+    assert out.count("starting") == 1 and out.count("reusing the training") == 1
+    base = run_dir(tmp_path, "synthetic", "kteps", 0)
+    variant = run_dir(tmp_path, "synthetic", "kteps_mu-1", 0)
+    rounds = lambda d: [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()
+                        if json.loads(x)["phase"] == "round"]
+    assert rounds(base) == rounds(variant)  # same training, not retrained
+    assert json.loads((variant / "report.json").read_text())["ap_settings"]["mu"] == 1.0
+    md = (tmp_path / "synthetic" / "table5.md").read_text()
+    assert "mu = 1" in md and "(79.0)" not in md and "Compute:" in md  # synthetic: no paper
+    assert main(["reproduce", "table5", *tiny]) == 0
+    out = capsys.readouterr().out
+    assert out.count("skipped") == 2 and "starting" not in out
+
+
+def test_unknown_table_and_table8_scene_are_rejected():
+    with pytest.raises(ValueError, match="unknown table"):
+        plan("table9", "fdu", 50)
+    with pytest.raises(ValueError, match="FDU"):
+        plan("table8", "iyy", 50)
