@@ -6,8 +6,8 @@ Model: :class:`fedjax_sc.models.asp.ASPClassifier`. The loss of domain k's batch
     L = CE(y, softmax(W_k [s; p_k])) + lambda_adv CE(k, D(GRL(s))) + gamma ||S^T P_k||_F^2
 
 (task loss, adversarial loss through gradient reversal, orthogonality between the batch's
-shared features S and private features P_k, rows of padding left out). Liu et al.'s settings:
-lambda_adv = 0.05, gamma = 0.01.
+shared features S and private features P_k with unit-norm rows, rows of padding left out;
+see :func:`orthogonality`). Liu et al.'s settings: lambda_adv = 0.05, gamma = 0.01.
 
 Training is centralised multi-task (``training="multitask"``, :mod:`fedjax_sc.run.multitask`):
 every step takes one batch of every domain, the shared leaves get the sum of all domains'
@@ -36,9 +36,18 @@ ORTHOGONALITY_WEIGHT = 0.01
 
 
 def orthogonality(shared: jax.Array, private: jax.Array, mask: jax.Array) -> jax.Array:
-    """``||S^T P||_F^2`` over the real rows (Liu et al. 2017, Eq. 13): float32 scalar."""
+    """``||S^T P||_F^2`` over the real rows (Liu et al. 2017, Eq. 13), each row of S and P
+    scaled to unit L2 norm first: float32 scalar in ``[0, B^2]``.
+
+    Liu et al. print the unnormalised product; on this library's 128-wide pooled BiGRU
+    features it reaches ~10^3 per batch of 8 and, at gamma = 0.01, outweighs the task loss
+    (measured on FDU: 1227 after one epoch, training accuracy 57%). Normalising the rows, as
+    Bousmalis et al.'s (2016) difference loss does in practice, keeps the term's purpose --
+    shared and private features orthogonal -- at the task loss's scale.
+    """
+    unit = lambda x: x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-6)
     m = mask.astype(shared.dtype)[:, None]
-    return jnp.sum(jnp.square((shared * m).T @ (private * m)))
+    return jnp.sum(jnp.square((unit(shared) * m).T @ (unit(private) * m)))
 
 
 def asp_loss(model: ASPClassifier, adversarial: float = ADVERSARIAL_WEIGHT,

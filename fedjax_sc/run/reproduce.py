@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fedjax_sc.run import paper
-from fedjax_sc.run.train import TrainConfig, train
+from fedjax_sc.run.train import TrainConfig, config_diff, train
 
 TABLES = ("table2", "table3", "table4", "table5", "table6", "table7", "table8")
 QUICK = {"rounds": 1, "ap_evals": 5, "seeds": 1}
@@ -178,7 +178,17 @@ def run_dir(out: Path, scene: str, run: str, seed: int) -> Path:
 
 
 def finished(where: Path, c: TrainConfig) -> dict | None:
-    """The report of a complete run in ``where`` (rounds and Ap as ``c`` asks), else None."""
+    """The report of a complete run in ``where`` (rounds and Ap as ``c`` asks), else None.
+
+    Raises:
+      ValueError: ``where`` holds a run trained with other settings than ``c`` (the store
+        never mixes them silently: choose another ``--out``).
+    """
+    if (where / "config.json").exists():
+        diff = config_diff(json.loads((where / "config.json").read_text()), c)
+        if diff:
+            raise ValueError(f"{where} holds a run with other settings {diff}; use another "
+                             f"--out for these settings")
     path = where / "report.json"
     if not path.exists():
         return None

@@ -235,17 +235,22 @@ def _check_out_dir(out: Path, c: TrainConfig) -> None:
     if not c.resume:
         raise FileExistsError(f"{out} already holds a run; pass --resume to continue it, "
                               f"--overwrite to replace it, or choose another --out")
-    old = json.loads(saved.read_text())
-    # settings of the evaluation after training may change; a field an older version did
-    # not write is compared with its default (what that version did)
+    diff = config_diff(json.loads(saved.read_text()), c)
+    if diff:
+        raise ValueError(f"--resume with a different configuration than {saved}: {diff}")
+
+
+def config_diff(saved: dict[str, Any], c: TrainConfig) -> dict[str, tuple[Any, Any]]:
+    """``{field: (saved, now)}`` for the training settings in which a saved ``config.json``
+    differs from ``c``. The rounds, the output folder and the Ap phase's settings may differ
+    (a run continues, or only its evaluation is redone); a field an older version did not
+    write is compared with its default (what that version did)."""
     ignore = {"rounds", "resume", "overwrite", "out", "ap", "ap_evals", "ap_steps",
               "ap_lr_mult", "ap_mode"}
     defaults = json.loads(json.dumps(dataclasses.asdict(TrainConfig())))
     now = json.loads(json.dumps(dataclasses.asdict(c)))
-    diff = {k: (old.get(k, defaults[k]), v) for k, v in now.items()
-            if k not in ignore and old.get(k, defaults[k]) != v}
-    if diff:
-        raise ValueError(f"--resume with a different configuration than {saved}: {diff}")
+    return {k: (saved.get(k, defaults[k]), v) for k, v in now.items()
+            if k not in ignore and saved.get(k, defaults[k]) != v}
 
 
 class Setup(NamedTuple):

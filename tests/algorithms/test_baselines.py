@@ -67,7 +67,7 @@ def test_proximal_term_pulls_towards_the_start(scene, model):
         fedprox(model, mu=-1.0)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(st.integers(2, 6), st.integers(1, 5), st.integers(0, 2**16))
 def test_mmd_of_identical_features_is_zero_and_positive_otherwise(b, f, seed):
     x = jax.random.normal(jax.random.key(seed), (b, f))

@@ -80,6 +80,8 @@ def test_reproduce_runs_once_reuses_training_for_ap_variants_and_skips_when_done
     assert main(["reproduce", "table5", *tiny]) == 0
     out = capsys.readouterr().out
     assert out.count("skipped") == 2 and "starting" not in out
+    assert main(["reproduce", "table5", *tiny, "--lr", "0.5"]) == 1  # never mixed silently
+    assert "other settings" in capsys.readouterr().err
 
 
 def test_unknown_table_and_table8_scene_are_rejected():
