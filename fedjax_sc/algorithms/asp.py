@@ -45,7 +45,8 @@ def orthogonality(shared: jax.Array, private: jax.Array, mask: jax.Array) -> jax
     Bousmalis et al.'s (2016) difference loss does in practice, keeps the term's purpose --
     shared and private features orthogonal -- at the task loss's scale.
     """
-    unit = lambda x: x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-6)
+    # sqrt(|x|^2 + eps): finite gradient on an all-zero row (the features of padding)
+    unit = lambda x: x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-12)
     m = mask.astype(shared.dtype)[:, None]
     return jnp.sum(jnp.square((unit(shared) * m).T @ (unit(private) * m)))
 

@@ -94,6 +94,9 @@ def test_orthogonality_is_zero_for_orthogonal_features():
     assert float(orthogonality(s, p, jnp.array([True, True]))) == 0.0
     assert float(orthogonality(s, s + p, jnp.array([True, True]))) == 1.0
     assert float(orthogonality(s, s + p, jnp.array([False, True]))) == 0.0
+    # a padding row has all-zero features: the gradient must stay finite there
+    grads = jax.grad(lambda a: orthogonality(a, s + p, jnp.array([True, False])))(s)
+    assert bool(jnp.all(jnp.isfinite(grads)))
 
 
 def test_fusion_starts_as_the_plain_model_and_uses_the_frozen_features(scene):
