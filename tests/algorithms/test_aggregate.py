@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from fedjax_sc.algorithms.aggregate import example_weights, weighted_mean, weighted_mean_rows
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(st.lists(st.integers(0, 2000), min_size=1, max_size=20).filter(lambda c: sum(c) > 0))
 def test_weights_are_proportional_to_counts_and_sum_to_one(counts):
     w = np.asarray(example_weights(jnp.asarray(counts)))
@@ -17,7 +17,7 @@ def test_weights_are_proportional_to_counts_and_sum_to_one(counts):
     np.testing.assert_allclose(w, np.asarray(counts) / sum(counts), rtol=1e-5)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(k=st.integers(1, 6), n=st.integers(1, 5))
 def test_averaging_identical_clients_is_the_identity(k, n):
     tree = {"a": jnp.arange(n, dtype=jnp.float32), "b": {"c": jnp.ones((n, 2)) * 3.0}}
@@ -33,7 +33,7 @@ def test_weighted_mean_matches_numpy():
                                np.einsum("k,kij->ij", w, x), rtol=1e-6)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(v=st.integers(3, 12), k=st.integers(1, 4), r=st.integers(1, 6), seed=st.integers(0, 99))
 def test_row_sparse_mean_equals_dense_mean_of_full_tables(v, k, r, seed):
     rng = np.random.default_rng(seed)

@@ -50,7 +50,7 @@ def test_classifier_shapes_and_finite_including_empty_review():
     chex.assert_tree_all_finite(logits)
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(length=st.integers(1, 7), extra_pad=st.integers(1, 5))
 def test_right_padding_does_not_change_the_features(length, extra_pad):
     model = TextClassifier(vocab_size=20, embed_dim=6, hidden=3, mlp_hidden=4)

@@ -108,7 +108,7 @@ def test_identical_clients_aggregate_to_their_common_update(scene, model):
                                 rtol=1e-6)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=5, deadline=None)
 @given(n=st.integers(1, 23), real=st.integers(0, 23), batch=st.integers(1, 7),
        epochs=st.integers(1, 3), seed=st.integers(0, 1000))
 def test_each_epoch_visits_every_real_example_once(n, real, batch, epochs, seed):
