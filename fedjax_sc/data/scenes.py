@@ -85,7 +85,8 @@ class Scene:
       stats: per client, a dict with ``n_train``, ``n_test``, ``n_dev`` (0 without dev),
         ``n_empty`` and ``n_latin1_lines`` (over all splits), ``avg_len`` and ``n_clipped``
         (tokens before clipping, over the train split), and ``local_vocab_size`` (V^k: distinct
-        word ids other than ``<pad>``/``<unk>`` in the client's clipped train sequences).
+        word ids other than ``<pad>``/``<unk>`` in the client's clipped train sequences) and
+        ``train_label_counts`` (``[C]`` examples per class in the train split).
     """
 
     name: str
@@ -192,6 +193,8 @@ def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], n
             "avg_len": float(lengths.mean()) if lengths.size else 0.0,
             "n_clipped": int((lengths > max_len).sum()),
             "local_vocab_size": int(np.sum(loc_mask[k] & (loc_ids[k] > UNK))),
+            "train_label_counts": np.bincount(parts["train"].labels,
+                                              minlength=num_classes).tolist(),
         })
     return Scene(name=name, client_names=names, train=arrays["train"], test=arrays["test"],
                  dev=arrays.get("dev"), vocab=vocab, num_classes=num_classes, max_len=max_len,
@@ -251,11 +254,30 @@ def _synthetic_split(rng: np.random.Generator, k: int, n: int, max_len: int, mea
 def synthetic_scene(num_clients: int = 4, train_per_client: int = 160,
                     test_per_client: int = 200, max_len: int = 48, seed: int = 0,
                     label_noise: float = 0.1, dev_per_client: int = 0,
-                    num_shared_neutral: int = 300, num_shared_sentiment: int = 120,
-                    num_domain_sentiment: int = 12, domain_vocab_size: int = 120,
-                    sentiment_rate: float = 0.15, agree_prob: float = 0.85,
-                    vocab_size: int = 50_000) -> Scene:
-    """A deterministic multi-domain binary sentiment scene generated as text.
+                    vocab_size: int = 50_000, **kwargs) -> Scene:
+    """A deterministic multi-domain binary sentiment scene generated as text: the corpora of
+    :func:`synthetic_corpora` (same arguments; ``kwargs`` its generator settings) through
+    ``build_scene`` with ``vocab_size`` words.
+
+    Returns:
+      A ``Scene`` named ``"synthetic"`` with ``num_classes = 2``.
+    """
+    corpora = synthetic_corpora(num_clients=num_clients, train_per_client=train_per_client,
+                                test_per_client=test_per_client, max_len=max_len, seed=seed,
+                                label_noise=label_noise, dev_per_client=dev_per_client,
+                                **kwargs)
+    return build_scene("synthetic", corpora, num_classes=2, max_len=max_len,
+                       vocab_size=vocab_size)
+
+
+def synthetic_corpora(num_clients: int = 4, train_per_client: int = 160,
+                      test_per_client: int = 200, max_len: int = 48, seed: int = 0,
+                      label_noise: float = 0.1, dev_per_client: int = 0,
+                      num_shared_neutral: int = 300, num_shared_sentiment: int = 120,
+                      num_domain_sentiment: int = 12, domain_vocab_size: int = 120,
+                      sentiment_rate: float = 0.15, agree_prob: float = 0.85
+                      ) -> dict[str, dict[str, Corpus]]:
+    """The texts of a deterministic multi-domain binary sentiment scene, one client per domain.
 
     The texts go through ``build_scene`` (federated counting, vocabulary, encoding), so the
     real pipeline is exercised. Generative process, from ``np.random.default_rng(seed)``:
@@ -280,7 +302,7 @@ def synthetic_scene(num_clients: int = 4, train_per_client: int = 160,
     sentiment words, so a model trained on all clients' data beats each client alone.
 
     Returns:
-      A ``Scene`` named ``"synthetic"`` with ``num_classes = 2``.
+      ``{"d{k}": {"train": Corpus, "test": Corpus[, "dev": Corpus]}}``, labels in {0, 1}.
 
     Raises:
       ValueError: ``num_clients < 1``, a per-client size < 1 (dev < 0), or ``label_noise``
@@ -306,5 +328,4 @@ def synthetic_scene(num_clients: int = 4, train_per_client: int = 160,
             max(1, round(domain_vocab_size * vocab_factor[k])), num_shared_neutral,
             num_shared_sentiment, num_domain_sentiment, sentiment_rate, agree_prob, label_noise)
             for s, n in sizes.items()}
-    return build_scene("synthetic", corpora, num_classes=2, max_len=max_len,
-                       vocab_size=vocab_size)
+    return corpora

@@ -122,6 +122,29 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="ASP lambda_adv (Liu et al. 2017)")
     b.add_argument("--asp-orthogonal", type=float, default=0.01,
                    help="ASP orthogonality gamma (Liu et al. 2017)")
+    f = t.add_argument_group("scale: partitions, participation, server optimizer (FedNLP, "
+                             "FedOpt)")
+    f.add_argument("--partition", choices=("natural", "dirichlet_label", "dirichlet_quantity"),
+                   default="natural", help="natural: one client per domain; dirichlet_*: the "
+                   "domains pooled and split into --num-clients clients (test split likewise)")
+    f.add_argument("--num-clients", type=int, help="N of a Dirichlet partition")
+    f.add_argument("--alpha", type=float, help="label skew: q ~ Dir(alpha p) (small: near one "
+                   "class per client)")
+    f.add_argument("--beta", type=float, help="quantity skew: sizes ~ Dir_N(beta)")
+    f.add_argument("--partition-seed", type=int, default=0)
+    f.add_argument("--clients-per-round", type=int,
+                   help="M clients sampled per round without replacement (default: all)")
+    f.add_argument("--sampling", choices=("uniform", "size"), default="uniform",
+                   help="uniform (N^k-weighted mean) or proportional to N^k (plain mean)")
+    f.add_argument("--server-opt", choices=("sgd", "momentum", "adam", "yogi", "adagrad"),
+                   help="FedOpt: optax optimizer on the pseudo-gradient (default: none, "
+                   "the aggregate is the model; sgd with --server-lr 1 is the same)")
+    f.add_argument("--server-lr", type=float,
+                   help="server learning rate (default 1.0 sgd/momentum, 0.01 adaptive)")
+    f.add_argument("--server-momentum", type=float, default=0.9,
+                   help="server momentum / Adam-Yogi b1")
+    f.add_argument("--server-tau", type=float, default=1e-3,
+                   help="adaptivity eps of adam, yogi, adagrad (Reddi et al.'s tau)")
     t.add_argument("--furl-dim", type=int, default=0,
                    help="size of a FURL private user vector concatenated to the pooled "
                    "text feature (0: none)")

@@ -29,5 +29,8 @@ SCENE_DEFAULTS: dict[str, dict[str, float | int]] = {
     "synthetic": {"rounds": 10, "batch_size": 8, "lr": 0.1, "max_len": 48},
 }
 
+NUM_CLASSES = {"fdu": 2, "iyy": 5, "synthetic": 2}
+"""C per scene (binary sentiment; IYY's 1-5 stars)."""
+
 EMBED_DIM = {"random": 200, "glove-6b-50d": 50}
 """Embedding size d per initialisation: 200 as the paper; 50 for the GloVe 6B 50d vectors."""

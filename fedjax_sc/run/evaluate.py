@@ -57,17 +57,21 @@ def count_correct(scores: Scores, params: Params, tokens: jax.Array, labels: jax
 
 
 def make_evaluate(scores: Scores | nn.Module, batch_size: int = 200,
-                  stacked_params: bool = False) -> Callable[[Params, ClientData], Any]:
+                  stacked_params: bool = False,
+                  client_chunk: int = 64) -> Callable[[Params, ClientData], Any]:
     """Builds ``evaluate(params, data) -> accuracy float32 [num_clients]`` (or a dict of them).
 
     Args:
       scores: a function as :data:`Scores` (e.g. an algorithm's ``predict`` or
         ``global_predict``), or a Flax module (its ``apply`` logits are used).
-      batch_size: test examples per forward pass (memory bound, not a metric setting).
+      batch_size: test examples per forward pass and client (at most the client's padded
+        test size; memory bound, not a metric setting).
       stacked_params: False to evaluate one global model on every client (Ag^k, Eq. 14);
         True when ``params`` has a leading client axis (one personalised model per client);
-        or a ``jax.vmap`` in_axes prefix of ``params`` (e.g. ``(None, 0)`` for a pair of
+        or a tuple of those for a tuple ``params`` (e.g. ``(None, 0)`` for a pair of
         unstacked and stacked parts).
+      client_chunk: clients evaluated at once under ``vmap``; the chunks run in a
+        ``lax.scan``, so memory is bounded for thousands of clients (memory bound only).
 
     Returns:
       A jitted function. ``data`` must hold global vocabulary ids (``vocab_ids`` None). A
@@ -80,14 +84,26 @@ def make_evaluate(scores: Scores | nn.Module, batch_size: int = 200,
     if isinstance(scores, nn.Module):
         model = scores
         scores = lambda params, tokens: model.apply({"params": params}, tokens)
-    per_client = jax.vmap(lambda p, x, y, m: count_correct(scores, p, x, y, m, batch_size),
-                          in_axes=(_params_axis(stacked_params), 0, 0, 0))
+    axes = _params_axis(stacked_params)
+    per_client = jax.vmap(lambda p, x, y, m: count_correct(scores, p, x, y, m,
+                                                           min(batch_size, x.shape[0])),
+                          in_axes=(axes, 0, 0, 0))
 
     @jax.jit
     def evaluate(params: Params, data: ClientData):
-        correct = per_client(params, data.tokens, data.labels, data.mask)
+        k = data.tokens.shape[0]
+        chunk = min(client_chunk, k)
+        steps = math.ceil(k / chunk)
+        # the last chunk is padded with copies of the last client, dropped below
+        ids = jnp.minimum(jnp.arange(steps * chunk), k - 1).reshape(steps, chunk)
+
+        def body(_, idx):
+            p = _take_mapped(params, axes, idx)
+            return None, per_client(p, data.tokens[idx], data.labels[idx], data.mask[idx])
+
+        _, correct = jax.lax.scan(body, None, ids)
         denom = jnp.maximum(data.counts, 1).astype(jnp.float32)
-        return jax.tree.map(lambda c: c.astype(jnp.float32) / denom, correct)
+        return jax.tree.map(lambda c: c.reshape(-1)[:k].astype(jnp.float32) / denom, correct)
 
     def checked(params: Params, data: ClientData):
         if data.vocab_ids is not None:
@@ -96,6 +112,15 @@ def make_evaluate(scores: Scores | nn.Module, batch_size: int = 200,
         return evaluate(params, data)
 
     return checked
+
+
+def _take_mapped(params: Params, axes, idx: jax.Array) -> Params:
+    """Rows ``idx`` of the leaves of ``params`` whose vmap axis (prefix ``axes``) is 0."""
+    if axes is None:
+        return params
+    if axes == 0:
+        return jax.tree.map(lambda x: x[idx], params)
+    return type(params)(_take_mapped(p, a, idx) for p, a in zip(params, axes))
 
 
 def make_personal_evaluate(predict: Scores, batch_size: int = 200
@@ -128,4 +153,4 @@ def _params_axis(stacked_params):
         return 0
     if stacked_params is False:
         return None
-    return stacked_params
+    return tuple(_params_axis(s) if isinstance(s, bool) else s for s in stacked_params)

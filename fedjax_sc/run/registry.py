@@ -23,14 +23,15 @@ asp            ASPClassifier, centralised multi-task, adversarial              L
 
 Every model takes the optional FURL user vector (``furl_dim``, Bui et al. 2019). Every
 algorithm can also upload through KTEPS*'s compression and noise (``pca_band``,
-``upload_noise``) and train its shared leaves with DP-SGD (``dp_clip``, ``dp_noise``).
+``upload_noise``), train its shared leaves with DP-SGD (``dp_clip``, ``dp_noise``) and update
+the server with a FedOpt optimizer (``server_opt``, Reddi et al. 2021).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fedjax_sc.algorithms import fedkc, fedmmd, fedprox
+from fedjax_sc.algorithms import fedkc, fedmmd, fedopt, fedprox
 from fedjax_sc.algorithms.asp import ADVERSARIAL_WEIGHT, ORTHOGONALITY_WEIGHT, asp
 from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.dp_sgd import dp_sgd
@@ -78,7 +79,9 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
                     kc_weight: float = fedkc.DEFAULT_WEIGHT,
                     asp_adversarial: float = ADVERSARIAL_WEIGHT,
                     asp_orthogonal: float = ORTHOGONALITY_WEIGHT,
-                    num_clients: int | None = None) -> Algorithm:
+                    num_clients: int | None = None, server_opt: str | None = None,
+                    server_lr: float | None = None, server_momentum: float = 0.9,
+                    server_tau: float = fedopt.DEFAULT_TAU) -> Algorithm:
     """The model and algorithm called ``name`` (see the module table).
 
     The loss settings (lambda_kt, lambda_div, temperature, bandwidth) apply to kteps,
@@ -89,6 +92,9 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
     ``prox_mu`` (FedProx and fedprox_kc), ``mmd_weight`` (FedMMD), ``fusion`` (FedFusion's
     operator), ``kc_*`` (FedKC's q, Lloyd iterations, alpha) and ``asp_*`` (ASP's
     lambda_adv, gamma) set the baselines; ``num_clients`` is ASP's number of domains.
+    ``server_opt`` (None: the aggregate is the new model) with ``server_lr``,
+    ``server_momentum`` and ``server_tau`` selects a FedOpt server
+    (:func:`~fedjax_sc.algorithms.fedopt.server_optimizer`).
 
     Raises:
       ValueError: an unknown name (the message lists the known ones) or invalid settings.
@@ -139,4 +145,6 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
                                                          pca_center))
     if dp_clip is not None:
         algorithm = dp_sgd(algorithm, dp_clip, dp_noise)
+    if server_opt is not None:
+        algorithm = fedopt.fedopt(algorithm, server_opt, server_lr, server_momentum, server_tau)
     return algorithm

@@ -16,8 +16,14 @@ metrics)``:
    runs masked no-op steps that leave its params and optimizer state untouched;
 3. each client keeps its private leaves (the new ``client_states``) and encodes its shared
    ones with the algorithm's upload transform; the server decodes every message, aggregates
-   them with weights N^k / N and applies its server update (the aggregate itself, or an optax
-   step on the pseudo-gradient ``params - aggregate``).
+   them with weights N^k / N (or ``ClientData.weights``, normalised) and applies its server
+   update (the aggregate itself, or an optax step on the pseudo-gradient
+   ``params - aggregate``: FedOpt, :mod:`fedjax_sc.algorithms.fedopt`).
+
+The round runs on whichever clients it is given: all N, or the M sampled for this round by
+:mod:`fedjax_sc.run.participation` (their data and private leaves gathered, the new private
+leaves scattered back). Its client axis may be sharded over a device mesh
+(:mod:`fedjax_sc.run.sharding`); the program is the same for one device or many.
 
 Randomness: the round's key is ``fold_in(rng, server_state.round)``, client k's training key
 is ``fold_in(round_key, k)`` and its upload key ``fold_in(fold_in(round_key, UPLOAD_STREAM),
@@ -100,6 +106,9 @@ class ClientData(NamedTuple):
       vocab_ids: optional int32 ``[num_clients, R]``: client k's local vocabulary V^k as global
         row ids (PAD and UNK first, padded with PAD).
       vocab_mask: optional bool ``[num_clients, R]``, False on the padding of ``vocab_ids``.
+      weights: optional float32 ``[num_clients]``, unnormalised aggregation weights; None:
+        N^k (FedAvg). Size-proportional client sampling passes 1 per sampled client, and a
+        padding client (added to fill a device mesh) 0.
     """
 
     tokens: jax.Array
@@ -108,6 +117,7 @@ class ClientData(NamedTuple):
     counts: jax.Array
     vocab_ids: jax.Array | None = None
     vocab_mask: jax.Array | None = None
+    weights: jax.Array | None = None
 
     @property
     def num_clients(self) -> int:
@@ -115,7 +125,14 @@ class ClientData(NamedTuple):
 
 
 def client_data(arrays: Any, local_vocab: bool = False) -> ClientData:
-    """Moves one split of a scene (``fedjax_sc.data.scenes.ClientArrays``) to the device.
+    """Moves one split of a scene (``fedjax_sc.data.scenes.ClientArrays``) to the (default)
+    device: :func:`host_client_data`, then ``jnp.asarray`` (``fedjax_sc.run.sharding``
+    places it over a device mesh instead)."""
+    return jax.tree.map(jnp.asarray, host_client_data(arrays, local_vocab))
+
+
+def host_client_data(arrays: Any, local_vocab: bool = False) -> ClientData:
+    """One split of a scene as a :class:`ClientData` of host (numpy) arrays.
 
     Args:
       arrays: object with numpy ``tokens``, ``labels``, ``mask``, ``counts`` as in ClientArrays.
@@ -123,7 +140,10 @@ def client_data(arrays: Any, local_vocab: bool = False) -> ClientData:
         Remark 3) so that it trains only its ``R = max_k |V^k|`` rows instead of all V rows.
 
     Returns:
-      The :class:`ClientData`.
+      The :class:`ClientData` (numpy leaves; ``weights`` None).
+
+    Raises:
+      ValueError: a token id missing from its client's local vocabulary (internal check).
     """
     tokens = np.asarray(arrays.tokens)
     vocab_ids = vocab_mask = None
@@ -136,9 +156,9 @@ def client_data(arrays: Any, local_vocab: bool = False) -> ClientData:
             local[k] = np.searchsorted(real, tokens[k])
             if not np.array_equal(real[local[k]], tokens[k]):
                 raise ValueError(f"client {k}: a token id is missing from its local vocabulary")
-        tokens, vocab_ids, vocab_mask = local, jnp.asarray(ids), jnp.asarray(vmask)
-    return ClientData(jnp.asarray(tokens), jnp.asarray(arrays.labels), jnp.asarray(arrays.mask),
-                      jnp.asarray(arrays.counts), vocab_ids, vocab_mask)
+        tokens, vocab_ids, vocab_mask = local, ids, vmask
+    return ClientData(tokens, np.asarray(arrays.labels), np.asarray(arrays.mask),
+                      np.asarray(arrays.counts), vocab_ids, vocab_mask)
 
 
 class RoundMetrics(NamedTuple):
@@ -376,7 +396,8 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         return jax.vmap(lambda m: upload.decode(m, state.upload_state))(messages)
 
     def aggregate(state: ServerState, uploads: Params, clients: ClientData) -> ServerState:
-        weights = example_weights(clients.counts)
+        weights = example_weights(clients.counts if clients.weights is None
+                                  else clients.weights)
         flat = traverse_util.flatten_dict(uploads)
         by_rows = {p: flat.pop(p) for p in tables(state.params, clients)}
         params = algorithm.aggregator(traverse_util.unflatten_dict(flat), weights)

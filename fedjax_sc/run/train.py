@@ -22,21 +22,23 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
 from fedjax_sc.algorithms import dp_sgd
 from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.optimizers import client_sgd
-from fedjax_sc.data import scenes
-from fedjax_sc.data.corpus import FDU_DOMAINS
+from fedjax_sc.data import partition, scenes
+from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu, read_iyy
 from fedjax_sc.models.text_classifier import init_params
-from fedjax_sc.run import communication, configs, personalize
+from fedjax_sc.run import communication, configs, participation, personalize, sharding
 from fedjax_sc.run.evaluate import make_evaluate, make_personal_evaluate
 from fedjax_sc.run.multitask import build_multitask_round
 from fedjax_sc.run.registry import ALGORITHMS, build_algorithm
 from fedjax_sc.run.report import format_table, make_report
-from fedjax_sc.run.round import ClientStates, ServerState, build_round, client_data, init_states
+from fedjax_sc.run.round import (ClientStates, ServerState, build_round, client_data,
+                                 host_client_data, init_states)
 
 SCENES = ("synthetic", "fdu", "iyy")
 EMBEDDINGS = tuple(configs.EMBED_DIM)
@@ -83,6 +85,10 @@ class TrainConfig:
         (fedavg_kc, fedprox_kc; 10, 10, 0.1).
       asp_adversarial / asp_orthogonal: ASP's lambda_adv and gamma (Liu et al. 2017: 0.05,
         0.01).
+      server_opt: FedOpt server optimizer on the pseudo-gradient (``sgd``, ``momentum``,
+        ``adam``, ``yogi``, ``adagrad``; Reddi et al. 2021); None: the aggregate is the model.
+      server_lr / server_momentum / server_tau: its learning rate (None: 1.0 for sgd and
+        momentum, 0.01 for the adaptive ones), momentum (b1) and adaptivity eps.
       ap: run the personalisation phase (Ap, Eq. 16) after the last round.
       ap_evals: n_Z, evaluations during fine-tuning (paper Fig. 4: 25).
       ap_steps: z, fine-tuning steps between evaluations (not given by the paper; 10).
@@ -97,6 +103,19 @@ class TrainConfig:
       max_len: clip/pad length L (paper: 200 FDU, 400 IYY).
       vocab_size: words kept by the federated vocabulary (paper: 50,000; + <pad>, <unk>).
       domains: FDU domains to use as clients (default: all 16, paper Table 1 order).
+      partition: ``natural`` (one client per domain) or ``dirichlet_label`` /
+        ``dirichlet_quantity``: the domains pooled and split into ``num_clients`` clients
+        (FedNLP, :mod:`fedjax_sc.data.partition`); every split the same way.
+      num_clients: N of a Dirichlet partition.
+      alpha: label-skew concentration (dirichlet_label; with dirichlet_quantity: combined).
+      beta: quantity-skew concentration (dirichlet_quantity; with dirichlet_label: combined).
+      partition_seed: seed of the partition (kept apart from ``seed`` so that training seeds
+        share one partition).
+      clients_per_round: M, clients sampled (without replacement) per round; None: all N.
+      sampling: ``uniform`` (aggregation weights N^k / sum over the sampled) or ``size``
+        (sampled with probability proportional to N^k, equal aggregation weights, so the
+        expected update is the full weighted mean; Li et al. 2020, "On the convergence of
+        FedAvg on non-IID data", scheme I without replacement).
       dev_holdout: hold out the last 200 lines of each ``.task.train`` (not used by the paper).
       local_vocab: train only each client's local-vocabulary rows (exact; paper Remark 3).
       synthetic_clients / synthetic_train / synthetic_test: synthetic scene sizes.
@@ -133,6 +152,10 @@ class TrainConfig:
     kc_weight: float = 0.1
     asp_adversarial: float = 0.05
     asp_orthogonal: float = 0.01
+    server_opt: str | None = None
+    server_lr: float | None = None
+    server_momentum: float = 0.9
+    server_tau: float = 1e-3
     ap: bool = True
     ap_evals: int = personalize.DEFAULT_NUM_EVALS
     ap_steps: int = personalize.DEFAULT_STEPS_PER_EVAL
@@ -146,6 +169,13 @@ class TrainConfig:
     max_len: int | None = None
     vocab_size: int = 50_000
     domains: tuple[str, ...] | None = None
+    partition: str = "natural"
+    num_clients: int | None = None
+    alpha: float | None = None
+    beta: float | None = None
+    partition_seed: int = 0
+    clients_per_round: int | None = None
+    sampling: str = "uniform"
     dev_holdout: bool = False
     local_vocab: bool = True
     synthetic_clients: int = 4
@@ -206,21 +236,44 @@ class TrainConfig:
             raise ValueError(f"dp_clip must be > 0, got {c.dp_clip}")
         if not 0 < c.dp_delta < 1:
             raise ValueError(f"dp_delta must lie in (0, 1), got {c.dp_delta}")
+        if c.partition not in partition.PARTITIONS:
+            raise ValueError(f"unknown partition {c.partition!r}; choose from "
+                             f"{partition.PARTITIONS}")
+        if c.partition == "natural":
+            if c.num_clients is not None or c.alpha is not None or c.beta is not None:
+                raise ValueError("--num-clients, --alpha and --beta need --partition "
+                                 "dirichlet_label or dirichlet_quantity")
+        elif c.num_clients is None or c.num_clients < 1:
+            raise ValueError(f"--partition {c.partition} needs --num-clients >= 1")
+        if c.sampling not in participation.SAMPLINGS:
+            raise ValueError(f"unknown sampling {c.sampling!r}; choose from "
+                             f"{participation.SAMPLINGS}")
+        if c.clients_per_round is not None and c.clients_per_round < 1:
+            raise ValueError(f"clients_per_round must be >= 1, got {c.clients_per_round}")
         return c
 
 
 def load_scene(c: TrainConfig) -> scenes.Scene:
-    """The scene a resolved config names."""
+    """The scene a resolved config names: its domains' corpora, re-partitioned into
+    ``c.num_clients`` clients unless ``c.partition`` is ``natural``, then ``build_scene``."""
     if c.scene == "fdu":
-        return scenes.fdu_scene(c.data_dir, max_len=c.max_len, vocab_size=c.vocab_size,
-                                dev_holdout=c.dev_holdout, domains=c.domains or FDU_DOMAINS)
-    if c.scene == "iyy":
-        return scenes.iyy_scene(c.data_dir, max_len=c.max_len, vocab_size=c.vocab_size,
-                                dev_holdout=c.dev_holdout)
-    return scenes.synthetic_scene(num_clients=c.synthetic_clients,
-                                  train_per_client=c.synthetic_train,
-                                  test_per_client=c.synthetic_test, max_len=c.max_len,
-                                  seed=c.seed, vocab_size=c.vocab_size)
+        corpora = read_fdu(c.data_dir, domains=c.domains or FDU_DOMAINS,
+                           dev_holdout=c.dev_holdout)
+    elif c.scene == "iyy":
+        corpora = read_iyy(c.data_dir, dev_holdout=c.dev_holdout)
+    else:
+        corpora = scenes.synthetic_corpora(num_clients=c.synthetic_clients,
+                                           train_per_client=c.synthetic_train,
+                                           test_per_client=c.synthetic_test,
+                                           max_len=c.max_len, seed=c.seed)
+    num_classes = configs.NUM_CLASSES[c.scene]
+    name = c.scene
+    if c.partition != "natural":
+        corpora = partition.repartition(corpora, c.partition, c.num_clients, num_classes,
+                                        alpha=c.alpha, beta=c.beta, seed=c.partition_seed)
+        name = f"{c.scene}-{c.partition}"
+    return scenes.build_scene(name, corpora, num_classes=num_classes, max_len=c.max_len,
+                              vocab_size=c.vocab_size)
 
 
 def _check_out_dir(out: Path, c: TrainConfig) -> None:
@@ -278,7 +331,8 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
         prox_mu=c.prox_mu, mmd_weight=c.mmd_weight, fusion=c.fusion,
         kc_clusters=c.kc_clusters, kc_iterations=c.kc_iterations, kc_weight=c.kc_weight,
         asp_adversarial=c.asp_adversarial, asp_orthogonal=c.asp_orthogonal,
-        num_clients=scene.num_clients)
+        num_clients=scene.num_clients, server_opt=c.server_opt, server_lr=c.server_lr,
+        server_momentum=c.server_momentum, server_tau=c.server_tau)
     if algorithm.training != "federated" and (c.dp_clip is not None or c.pca_band
                                               or c.upload_noise):
         raise ValueError(f"{c.algorithm} is trained centrally ({algorithm.training}): "
@@ -348,10 +402,17 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     algorithm, state, client_states = setup.algorithm, setup.state, setup.client_states
     root, train_key = setup.root, setup.train_key
     # the Ap phase always fine-tunes per client; the rounds train on what ``training`` says
-    train_data = client_data(scene.train, local_vocab=c.local_vocab)
-    round_data = {"federated": lambda: train_data,
-                  "pooled": lambda: client_data(scene.train.pooled(), local_vocab=c.local_vocab),
-                  "multitask": lambda: client_data(scene.train)}[algorithm.training]()
+    host_train = host_client_data(scene.train, local_vocab=c.local_vocab)
+    round_host = {"federated": lambda: host_train,
+                  "pooled": lambda: host_client_data(scene.train.pooled(),
+                                                     local_vocab=c.local_vocab),
+                  "multitask": lambda: host_client_data(scene.train)}[algorithm.training]()
+    if c.clients_per_round is not None and algorithm.training != "federated":
+        raise ValueError(f"{c.algorithm} is trained centrally ({algorithm.training}): "
+                         f"--clients-per-round does not apply")
+    if c.clients_per_round is not None and c.clients_per_round > scene.num_clients:
+        raise ValueError(f"--clients-per-round {c.clients_per_round} > {scene.num_clients} "
+                         f"clients")
     test_data = client_data(scene.test)
     has_private = bool(jax.tree.leaves(client_states.private))
     global_eval = (None if algorithm.global_predict is None
@@ -360,7 +421,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     mode = c.ap_mode or algorithm.default_mode
     comm = None
     if algorithm.training == "federated":
-        comm = communication.account(algorithm, state, train_data).summary()
+        comm = communication.account(algorithm, state, host_train).summary()
         log(communication.describe(comm))
     else:
         log(f"{c.algorithm} is trained centrally ({algorithm.training}): no communication")
@@ -381,67 +442,88 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     (out / "config.json").write_text(json.dumps(dataclasses.asdict(c), indent=2))
     (out / "vocab.json").write_text(scene.vocab.to_json())
 
+    mesh = sharding.client_mesh()
+    state = sharding.put_replicated(state, mesh)
+    feed = participation.ClientFeed(round_host, client_states.private, mesh,
+                                    c.clients_per_round, c.sampling, c.seed)
+    if feed.partial or mesh.size > 1:
+        log(f"{feed.num_sampled} of {feed.num_clients} clients per round "
+            f"({c.sampling if feed.partial else 'all'}); client axis of {feed.round_size} "
+            f"over {mesh.size} device(s)")
+
     def accuracies():
         ag = None if global_eval is None else np.asarray(global_eval(state.params, test_data))
         personal = (None if personal_eval is None else
                     {k: np.asarray(v) for k, v in personal_eval(
-                        (state.params, client_states.private), test_data).items()})
+                        (state.params, feed.private), test_data).items()})
         return ag, personal
 
     ag, personal = accuracies()
     if start < c.rounds:
         t0 = time.perf_counter()
         builder = build_multitask_round if algorithm.training == "multitask" else build_round
+        data, private = feed.inputs(feed.sample(start + 1))
         round_step = jax.jit(builder(algorithm, batch_size=c.batch_size,
                                      local_epochs=c.local_epochs)
-                             ).lower(state, client_states, round_data, train_key).compile()
+                             ).lower(state, ClientStates(private), data, train_key).compile()
         log(f"round compiled in {time.perf_counter() - t0:.1f} s; algorithm {c.algorithm}, "
             f"batch {c.batch_size}, lr {c.lr}, {c.local_epochs} local epochs, d = {c.embed_dim}")
     durations = []
     for r in range(start + 1, c.rounds + 1):
         t0 = time.perf_counter()
-        new_state, new_client_states, m = round_step(state, client_states, round_data,
+        idx = feed.sample(r)
+        data, private = feed.inputs(idx)
+        new_state, new_client_states, m = round_step(state, ClientStates(private), data,
                                                      train_key)
-        finite = np.asarray(m.finite)
+        real = len(idx)
+        m = jax.tree.map(lambda x: np.asarray(x)[:real], m)
+        finite = m.finite
         if not finite.all():
             k = int(np.flatnonzero(~finite)[0])
-            who = names[k] if len(finite) == len(names) else "all clients pooled"
+            who = (names[idx[k]] if algorithm.training != "pooled"
+                   else "all clients pooled")
             raise NonFiniteUpdateError(
-                f"round {r}: client {k} ({who}) produced a non-finite update (mean local "
-                f"loss {float(m.train_loss[k])}); nothing was aggregated or saved. "
+                f"round {r}: client {int(idx[k])} ({who}) produced a non-finite update (mean "
+                f"local loss {float(m.train_loss[k])}); nothing was aggregated or saved. "
                 f"Try a smaller --lr.")
-        state, client_states = new_state, new_client_states
-        jax.block_until_ready((state.params, client_states.private))
+        state = new_state
+        feed.update(idx, new_client_states.private)
+        jax.block_until_ready((state.params, feed.private))
         seconds = time.perf_counter() - t0
         durations.append(seconds)
         ag, personal = accuracies()
-        steps = int(np.asarray(m.steps).sum())
+        steps = int(m.steps.sum())
         row = {"phase": "round", "round": r, "train_loss": float(np.mean(m.train_loss)),
                "Ag": None if ag is None else float(ag.mean()),
                "seconds": seconds, "client_steps_per_s": steps / seconds,
-               "train_loss_per_client": np.asarray(m.train_loss).round(5).tolist(),
+               "train_loss_per_client": m.train_loss.round(5).tolist(),
                "Ag_per_client": None if ag is None else ag.round(5).tolist(),
                "aux": {k: float(np.mean(v)) for k, v in m.aux.items()},
-               "aux_per_client": {k: np.asarray(v).round(5).tolist() for k, v in m.aux.items()},
+               "aux_per_client": {k: v.round(5).tolist() for k, v in m.aux.items()},
                "communication": comm}
+        if feed.partial:
+            row["clients"] = idx.tolist()
         if personal is not None:
             row["personal"] = {k: float(v.mean()) for k, v in personal.items()}
             row["personal_per_client"] = personal[mode].round(5).tolist()
         with metrics_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
-        ckpt.save(r, args=ocp.args.StandardSave(_checkpoint_tree(state, client_states)))
+        ckpt.save(r, args=ocp.args.StandardSave(
+            _checkpoint_tree(state, ClientStates(feed.private))))
         eta = (c.rounds - r) * float(np.mean(durations))
         shown = "n/a" if ag is None else f"{row['Ag']:.4f}"
         extra = "" if personal is None else f" | personal ({mode}) {row['personal'][mode]:.4f}"
         log(f"round {r:3d}/{c.rounds} | train loss {row['train_loss']:.4f} | Ag {shown}{extra} "
             f"| {seconds:6.1f} s | {row['client_steps_per_s']:6.1f} client-steps/s "
             f"| ETA {_hms(eta)}")
+    client_states = ClientStates(feed.private)
     ckpt.wait_until_finished()
     ckpt.close()
 
     ap, ap_seconds = None, 0.0
     if c.ap:
         t0 = time.perf_counter()
+        train_data = jax.tree.map(jnp.asarray, host_train)
         ap = _personalize(c, algorithm, state, client_states, train_data, test_data, root, log)
         ap_seconds = time.perf_counter() - t0
         with metrics_path.open("a") as f:

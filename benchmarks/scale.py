@@ -1,0 +1,169 @@
+"""Seconds per round and peak memory as the number of sampled clients M grows.
+
+Prints, for each configuration, measured in a fresh subprocess (so that compile time and peak
+memory belong to that configuration alone):
+
+  * compile seconds (reported apart) and seconds per round (mean of the timed rounds, the host
+    gather/scatter of data and private state included);
+  * client-steps per second;
+  * XLA's memory analysis of the compiled round (arguments + outputs + temporaries: the
+    device memory the round needs) and the process's peak resident memory.
+
+Configurations:
+
+  * synthetic: N = 1,024 clients at the paper's FDU shapes (L 200, d 200, hidden 64, V 50k,
+    batch 8, 2 local epochs), ``--examples`` per client, M = 16, 64, 256 sampled per round
+    (cost should grow linearly in M and not depend on N);
+  * fdu (with ``--fdu-dir``): the 16 FDU domains pooled and split into 1,000 clients by
+    ``dirichlet_label`` with alpha = 1 (FedNLP), 100 sampled per round.
+
+Usage::
+
+    python benchmarks/scale.py                                   # synthetic M = 16, 64, 256
+    python benchmarks/scale.py --fdu-dir ../shared/data/fdu-mtl  # + the 1,000-client FDU scene
+    python benchmarks/scale.py --sampled 16 64 --examples 8 --rounds 1   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from fedjax_sc.models.text_classifier import init_params
+from fedjax_sc.run import participation, sharding
+from fedjax_sc.run.registry import build_algorithm
+from fedjax_sc.run.round import ClientStates, build_round, host_client_data, init_states
+
+sys.path.insert(0, str(Path(__file__).parent))
+from round_speed import synthetic_arrays  # noqa: E402  (benchmark helper beside this file)
+
+
+def measure(args) -> dict:
+    """One configuration in this process: build, compile, time ``args.rounds`` rounds."""
+    t = time.perf_counter()
+    if args.fdu_dir:
+        from fedjax_sc.run.train import TrainConfig, load_scene
+        c = TrainConfig(scene="fdu", data_dir=args.fdu_dir, partition="dirichlet_label",
+                        num_clients=args.clients, alpha=args.alpha).resolved()
+        scene = load_scene(c)
+        arrays, vocab = scene.train, len(scene.vocab)
+    else:
+        arrays = synthetic_arrays(args.clients, args.examples, args.max_len, args.vocab,
+                                  args.local_vocab)
+        vocab = args.vocab
+    host = host_client_data(arrays, local_vocab=True)
+    setup_s = time.perf_counter() - t
+    algorithm = build_algorithm(args.algorithm, vocab_size=vocab, num_classes=2,
+                                embed_dim=args.embed_dim, hidden=args.hidden,
+                                mlp_hidden=args.mlp_hidden)
+    state, clients = init_states(algorithm, init_params(algorithm.model, jax.random.key(0)),
+                                 host.num_clients)
+    mesh = sharding.client_mesh()
+    state = sharding.put_replicated(state, mesh)
+    feed = participation.ClientFeed(host, clients.private, mesh, args.sampled, seed=0)
+    fn = jax.jit(build_round(algorithm, batch_size=args.batch, local_epochs=args.local_epochs),
+                 donate_argnums=(0,))
+    key = jax.random.key(1)
+    t = time.perf_counter()
+    data, private = feed.inputs(feed.sample(1))
+    step = fn.lower(state, ClientStates(private), data, key).compile()
+    compile_s = time.perf_counter() - t
+    mem = step.memory_analysis()
+    xla_bytes = None if mem is None else int(
+        mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
+        - mem.alias_size_in_bytes)
+    seconds, steps = [], 0
+    for r in range(1, args.rounds + 2):  # round 1 is a warm-up
+        t = time.perf_counter()
+        idx = feed.sample(r)
+        data, private = feed.inputs(idx)
+        state, new, m = step(state, ClientStates(private), data, key)
+        feed.update(idx, new.private)
+        jax.block_until_ready(state.params)
+        if r > 1:
+            seconds.append(time.perf_counter() - t)
+            steps += int(np.asarray(m.steps).sum())
+    return {"clients": host.num_clients, "sampled": args.sampled,
+            "max_examples": int(host.tokens.shape[1]), "local_vocab_width":
+            int(host.vocab_ids.shape[1]), "setup_s": setup_s, "compile_s": compile_s,
+            "round_s": float(np.mean(seconds)), "client_steps_per_s": steps / sum(seconds),
+            "xla_round_bytes": xla_bytes,
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def run_child(args, **overrides) -> dict:
+    argv = [sys.executable, __file__, "--child"]
+    for k, v in {**vars(args), **overrides}.items():
+        if k in ("child", "sampled_list") or v is None:
+            continue
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"child {overrides} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def show(label: str, r: dict) -> None:
+    mb = lambda b: "n/a" if b is None else f"{b / 2**20:,.0f} MiB"
+    print(f"{label:<34} compile {r['compile_s']:6.1f} s | {r['round_s']:7.2f} s/round | "
+          f"{r['client_steps_per_s']:6.1f} client-steps/s | XLA round memory "
+          f"{mb(r['xla_round_bytes'])} | peak RSS {mb(r['peak_rss_bytes'])} "
+          f"(examples/client <= {r['max_examples']}, R = {r['local_vocab_width']})",
+          flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--sampled-list", type=int, nargs="+", default=[16, 64, 256],
+                   dest="sampled_list", help="M values of the synthetic sweep")
+    p.add_argument("--sampled", type=int, default=16, help=argparse.SUPPRESS)
+    p.add_argument("--clients", type=int, default=1024, help="N of the synthetic sweep")
+    p.add_argument("--examples", type=int, default=16, help="train examples per client")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--max-len", type=int, default=200)
+    p.add_argument("--embed-dim", type=int, default=200)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--mlp-hidden", type=int, default=128)
+    p.add_argument("--vocab", type=int, default=50_002)
+    p.add_argument("--local-vocab", type=int, default=2_000,
+                   help="distinct words per synthetic client")
+    p.add_argument("--local-epochs", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=2, help="timed rounds after a warm-up round")
+    p.add_argument("--algorithm", default="fedavg")
+    p.add_argument("--fdu-dir", help="FDU-MTL folder: also run the 1,000-client scene")
+    p.add_argument("--fdu-clients", type=int, default=1000)
+    p.add_argument("--fdu-sampled", type=int, default=100)
+    p.add_argument("--alpha", type=float, default=1.0)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(measure(args)))
+        return
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform} x {len(jax.devices())}; "
+          f"{args.algorithm}, L {args.max_len}, d {args.embed_dim}, hidden {args.hidden}, "
+          f"batch {args.batch}, {args.local_epochs} local epochs", flush=True)
+    fdu_dir = args.fdu_dir
+    args.fdu_dir = None
+    base = None
+    for m in args.sampled_list:
+        r = run_child(args, sampled=m)
+        show(f"synthetic N={args.clients} M={m}", r)
+        base = base or (m, r)
+        print(f"{'':<34} x{r['round_s'] / base[1]['round_s']:.2f} the s/round of M={base[0]} "
+              f"for x{m / base[0]:.0f} the clients")
+    if fdu_dir:
+        r = run_child(args, fdu_dir=fdu_dir, clients=args.fdu_clients, sampled=args.fdu_sampled)
+        show(f"FDU dirichlet_label a={args.alpha:g} N={r['clients']} M={args.fdu_sampled}", r)
+        print(f"{'':<34} scene built in {r['setup_s']:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""Partial participation: M of N clients per round (McMahan et al. 2017, Alg. 1 "S_t <- random
+set of m clients"; FedNLP, seed paper 002).
+
+Each round the host samples M client indices, gathers their rows of the (host-side) client data
+and private state, the compiled round runs on those M, and the new private state is scattered
+back. The compiled round, its cost and its device memory depend on M only; the N clients'
+data and private leaves stay in host memory (numpy). Because every sampled batch has the same
+shapes (padded to the largest client of the scene), the round compiles once.
+
+Sampling is a pure function of ``(seed, round)``, so a resumed run samples the same clients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+SAMPLINGS = ("uniform", "size")
+SAMPLING_STREAM = 7
+"""Seed-sequence entry separating the sampling draws from other host-side draws."""
+
+
+def sample_clients(seed: int, round_index: int, counts: np.ndarray, num_sampled: int,
+                   sampling: str = "uniform") -> np.ndarray:
+    """The clients taking part in one round, drawn without replacement.
+
+    Args:
+      seed: the run's seed.
+      round_index: the round (1-based as in the logs; any int works).
+      counts: int ``[N]``, N^k of every client.
+      num_sampled: M, 1 <= M <= N.
+      sampling: ``uniform`` (every client equally likely) or ``size`` (probability
+        proportional to N^k, sequentially without replacement as ``numpy``'s ``choice``).
+
+    Returns:
+      int64 ``[M]``, sorted client indices, all distinct.
+
+    Raises:
+      ValueError: M outside ``[1, N]`` (or more than the clients with data under ``size``),
+        or an unknown sampling.
+    """
+    counts = np.asarray(counts)
+    n = len(counts)
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"unknown sampling {sampling!r}; choose from {SAMPLINGS}")
+    if not 1 <= num_sampled <= n:
+        raise ValueError(f"cannot sample {num_sampled} of {n} clients")
+    p = None
+    if sampling == "size":
+        if num_sampled > np.count_nonzero(counts):
+            raise ValueError(f"size sampling: only {np.count_nonzero(counts)} of {n} clients "
+                             f"have data, cannot sample {num_sampled}")
+        p = counts / counts.sum()
+    rng = np.random.default_rng([seed, SAMPLING_STREAM, round_index])
+    return np.sort(rng.choice(n, size=num_sampled, replace=False, p=p))
+
+
+def aggregation_weights(counts: np.ndarray, sampling: str) -> np.ndarray:
+    """Unnormalised aggregation weights of the sampled clients: N^k under uniform sampling
+    (FedAvg), 1 under size sampling (the sampling already weights by N^k, so the expected
+    aggregate is the full N^k-weighted mean; Li et al. 2020, scheme I).
+
+    Returns:
+      float32 ``[M]``.
+    """
+    counts = np.asarray(counts, np.float32)
+    return counts if sampling == "uniform" else (counts > 0).astype(np.float32)
+
+
+def gather(tree: Any, idx: np.ndarray) -> Any:
+    """Rows ``idx`` of every leaf's leading (client) axis; ``None`` leaves stay ``None``."""
+    return jax.tree.map(lambda x: x[idx], tree)
+
+
+def scatter(tree: Any, idx: np.ndarray, rows: Any) -> Any:
+    """``tree`` with rows ``idx`` of every leaf replaced by ``rows`` (host numpy, a copy).
+
+    ``rows`` may have more rows than ``idx`` (padding clients added for the device mesh):
+    only the first ``len(idx)`` are written.
+    """
+    def put(x, r):
+        x = np.array(x, copy=True)
+        x[idx] = np.asarray(r)[: len(idx)]
+        return x
+
+    return jax.tree.map(put, tree, rows)
+
+
+def pad_clients(tree: Any, multiple: int) -> tuple[Any, int]:
+    """Pads the leading client axis of every leaf to a multiple of ``multiple`` with copies of
+    the first client (so that it splits evenly over the devices of a mesh).
+
+    Returns:
+      ``(padded tree, number of real clients)``. Callers must make the copies inert: the round
+      gives a client with an all-False example mask and zero weight no steps and no say.
+    """
+    leaves = jax.tree.leaves(tree)
+    if not leaves:
+        return tree, 0
+    k = int(leaves[0].shape[0])
+    extra = (-k) % multiple
+    if not extra:
+        return tree, k
+    return jax.tree.map(lambda x: np.concatenate(
+        [np.asarray(x), np.repeat(np.asarray(x)[:1], extra, axis=0)]), tree), k
+
+
+class ClientFeed:
+    """Hands the compiled round its clients, round after round, and keeps every client's
+    private leaves.
+
+    With all N clients taking part and N a multiple of the mesh's devices, data and private
+    leaves stay on the devices (sharded over clients) for the whole run. Otherwise (M < N
+    sampled, or padding needed) they live on the host: each round gathers the sampled rows,
+    pads them to a multiple of the devices with inert clients, places them on the mesh, and
+    :meth:`update` scatters the new private leaves back.
+
+    Args:
+      data: the round's training split, host arrays (``round.host_client_data``), N clients.
+      private: the N clients' private leaves (``ClientStates.private``), leading axis N.
+      mesh: the device mesh (``sharding.client_mesh``).
+      num_sampled: M per round; None = all N.
+      sampling: ``uniform`` or ``size`` (:func:`sample_clients`).
+      seed: the run's seed (sampling draws).
+
+    Raises:
+      ValueError: M outside ``[1, N]`` or an unknown sampling.
+    """
+
+    def __init__(self, data, private, mesh, num_sampled: int | None = None,
+                 sampling: str = "uniform", seed: int = 0):
+        from fedjax_sc.run import sharding  # placement only
+
+        self._put = lambda tree: sharding.put_clients(tree, mesh)
+        self.devices = mesh.size
+        self.data = data
+        self.num_clients = data.num_clients
+        self.num_sampled = self.num_clients if num_sampled is None else num_sampled
+        if sampling not in SAMPLINGS:
+            raise ValueError(f"unknown sampling {sampling!r}; choose from {SAMPLINGS}")
+        if not 1 <= self.num_sampled <= self.num_clients:
+            raise ValueError(f"cannot sample {self.num_sampled} of {self.num_clients} clients")
+        self.sampling, self.seed = sampling, seed
+        self.partial = self.num_sampled < self.num_clients
+        self.resident = not self.partial and self.num_clients % self.devices == 0
+        everyone = np.arange(self.num_clients)
+        self._cached = None if self.partial else self._place(everyone)
+        self.private = (self._put(private) if self.resident
+                        else jax.tree.map(np.asarray, private))
+
+    @property
+    def round_size(self) -> int:
+        """Clients on the round's client axis: M padded to a multiple of the devices."""
+        return -(-self.num_sampled // self.devices) * self.devices
+
+    def _place(self, idx: np.ndarray):
+        data = gather(self.data, idx)
+        weights = (None if self.sampling == "uniform"
+                   else aggregation_weights(data.counts, self.sampling))
+        data = data._replace(weights=weights)
+        data, real = pad_clients(data, self.devices)
+        if data.num_clients > real:  # padding clients: no examples, no weight
+            mask = data.mask.copy()
+            mask[real:] = False
+            counts = data.counts.copy()
+            counts[real:] = 0
+            data = data._replace(mask=mask, counts=counts)
+            if data.weights is not None:
+                w = data.weights.copy()
+                w[real:] = 0
+                data = data._replace(weights=w)
+            if data.vocab_mask is not None:
+                vm = data.vocab_mask.copy()
+                vm[real:] = False
+                data = data._replace(vocab_mask=vm)
+        return self._put(data)
+
+    def sample(self, round_index: int) -> np.ndarray:
+        """The round's client indices (all N, in order, without sampling)."""
+        if not self.partial:
+            return np.arange(self.num_clients)
+        return sample_clients(self.seed, round_index, self.data.counts, self.num_sampled,
+                              self.sampling)
+
+    def inputs(self, idx: np.ndarray):
+        """``(data, private)`` of clients ``idx`` on the mesh (``round_size`` clients)."""
+        data = self._cached if self._cached is not None else self._place(idx)
+        if self.resident:
+            return data, self.private
+        private, _ = pad_clients(gather(self.private, idx), self.devices)
+        return data, self._put(private)
+
+    def update(self, idx: np.ndarray, private) -> None:
+        """Keeps the round's new private leaves of clients ``idx`` (padding rows dropped)."""
+        if self.resident:
+            self.private = private
+        elif jax.tree.leaves(private):
+            self.private = scatter(self.private, idx, jax.device_get(private))

@@ -1,0 +1,65 @@
+"""The client axis sharded over devices with ``jax.sharding`` (one code path for 1 or many).
+
+A 1-D :class:`jax.sharding.Mesh` with the axis ``"clients"`` spans the devices. Every array
+with a leading client axis (the round's :class:`~fedjax_sc.run.round.ClientData`, the clients'
+private leaves) is placed with ``NamedSharding(mesh, P("clients"))``: each device holds
+``K / num_devices`` clients. The server state is replicated (``P()``). The compiled round is
+the same function as on one device: under ``jax.jit`` the ``vmap`` over clients becomes
+per-device work on the local clients (XLA's SPMD partitioner), and the weighted mean over the
+client axis becomes an all-reduce. Nothing in the algorithms knows about devices.
+
+K must be a multiple of the number of devices; :func:`fedjax_sc.run.participation.pad_clients`
+adds inert padding clients (no examples, zero weight) where it is not.
+
+Multi-host (several processes, e.g. TPU pods or several GPU hosts): call
+``jax.distributed.initialize()`` at the start of every process, then build the mesh over
+``jax.devices()`` (all processes' devices; :func:`client_mesh` does this). Every process loads
+the same scene and calls the same functions; :func:`put_clients` gives each process only the
+client rows of its own devices (``jax.make_array_from_callback``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+CLIENTS = "clients"
+
+
+def client_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A 1-D mesh with the axis ``"clients"`` over ``devices`` (default: ``jax.devices()``,
+    every device of every process)."""
+    devices = list(jax.devices() if devices is None else devices)
+    if not devices:
+        raise ValueError("client_mesh needs at least one device")
+    return Mesh(np.asarray(devices), (CLIENTS,))
+
+
+def put_clients(tree: Any, mesh: Mesh) -> Any:
+    """Places every leaf (numpy or jax, leading client axis) sharded over the mesh's clients.
+
+    Raises:
+      ValueError: a leaf's client axis is not a multiple of the number of devices.
+    """
+    sharding = NamedSharding(mesh, P(CLIENTS))
+
+    def put(x):
+        x = np.asarray(x)
+        if x.ndim == 0 or x.shape[0] % mesh.size:
+            raise ValueError(f"a client axis of {x.shape[:1]} does not split over "
+                             f"{mesh.size} devices; pad it (participation.pad_clients)")
+        return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+    return jax.tree.map(put, tree)
+
+
+def put_replicated(tree: Any, mesh: Mesh) -> Any:
+    """Places every leaf replicated on all the mesh's devices (the server state)."""
+    sharding = NamedSharding(mesh, P())
+    return jax.tree.map(
+        lambda x: jax.make_array_from_callback(np.shape(x), sharding,
+                                               lambda idx: np.asarray(x)[idx]), tree)
