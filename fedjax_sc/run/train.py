@@ -8,6 +8,13 @@ last two kept; server params and states, round and the clients' private leaves),
 from the last checkpoint; because the round key is ``fold_in(seed key, round)``, a resumed run
 ends with exactly the parameters of an uninterrupted one. Resuming a finished run (``rounds``
 equal to the checkpoint's round) only redoes the evaluation and the Ap phase.
+
+Scale: ``partition`` re-splits the scene's pooled domains into ``num_clients`` clients
+(:mod:`fedjax_sc.data.partition`); ``clients_per_round`` samples M of them per round
+(:class:`fedjax_sc.run.participation.ClientFeed`: data and private leaves stay on the host,
+sampled rows are gathered and scattered back); the client axis of every round is sharded over
+all devices (:mod:`fedjax_sc.run.sharding`); ``server_opt`` adds a FedOpt server
+(:mod:`fedjax_sc.algorithms.fedopt`).
 """
 
 from __future__ import annotations

@@ -45,8 +45,12 @@ def test_row_sparse_mean_equals_dense_mean_of_full_tables(v, k, r, seed):
     full = np.repeat(table[None], k, axis=0)
     for c in range(k):
         full[c, ids[c][mask[c]]] = rows[c][mask[c]]
-    w = example_weights(jnp.asarray(counts))
-    dense = weighted_mean({"t": jnp.asarray(full)}, w)["t"]
-    sparse = weighted_mean_rows(jnp.asarray(table), jnp.asarray(ids), jnp.asarray(rows),
-                                jnp.asarray(mask), w)
+    sparse, dense = _sparse_and_dense(table, ids, rows, mask, counts, full)
     np.testing.assert_allclose(sparse, dense, atol=1e-5)
+
+
+@jax.jit  # one compiled program per example's shapes, not one per operation
+def _sparse_and_dense(table, ids, rows, mask, counts, full):
+    w = example_weights(counts)
+    return (weighted_mean_rows(table, ids, rows, mask, w),
+            weighted_mean({"t": full}, w)["t"])

@@ -1,5 +1,7 @@
 """Invariants of the baselines: FedProx, FedMMD, FedFusion, FedKC, Indiv, FS, ASP."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -38,6 +40,17 @@ def model(scene):
     return TextClassifier(vocab_size=len(scene.vocab), **DIMS)
 
 
+@pytest.fixture(scope="module")
+def params(model):
+    return init_params(model, jax.random.key(0))
+
+
+@pytest.fixture(scope="module")
+def fedavg_round(scene, model, params):
+    """One FedAvg round (lr 0.1) from ``params``: the reference of the plug-ins' tests."""
+    return _run(fedavg(model, 0.1), scene, params)
+
+
 def _run(algorithm, scene, params, rounds=1, data=None, builder=rnd.build_round):
     data = data or rnd.client_data(scene.train, local_vocab=True)
     state, clients = rnd.init_states(algorithm, params, data.num_clients)
@@ -47,19 +60,18 @@ def _run(algorithm, scene, params, rounds=1, data=None, builder=rnd.build_round)
     return state, clients, metrics
 
 
-@pytest.mark.parametrize("build", [lambda m: fedprox(m, mu=0.0),
-                                   lambda m: fedmmd(m, weight=0.0)], ids=["fedprox", "fedmmd"])
-def test_zero_weight_plug_in_equals_fedavg(scene, model, build):
-    params = init_params(model, jax.random.key(0))
+@pytest.mark.parametrize("build", [lambda m: fedprox(m, 0.1, mu=0.0),
+                                   lambda m: fedmmd(m, 0.1, weight=0.0)],
+                         ids=["fedprox", "fedmmd"])
+def test_zero_weight_plug_in_equals_fedavg(scene, model, params, fedavg_round, build):
     ours, _, metrics = _run(build(model), scene, params)
-    reference, _, _ = _run(fedavg(model), scene, params)
+    reference, _, _ = fedavg_round
     chex.assert_trees_all_close(ours.params, reference.params, atol=1e-6)
     assert set(metrics.aux) & {"proximal", "mmd"}
 
 
-def test_proximal_term_pulls_towards_the_start(scene, model):
-    params = init_params(model, jax.random.key(0))
-    free, _, _ = _run(fedavg(model, 0.1), scene, params)
+def test_proximal_term_pulls_towards_the_start(scene, model, params, fedavg_round):
+    free, _, _ = fedavg_round
     held, _, metrics = _run(fedprox(model, 0.1, mu=3.0), scene, params)
     assert squared_distance(held.params, params) < 0.5 * squared_distance(free.params, params)
     assert float(metrics.aux["proximal"].min()) > 0
@@ -70,14 +82,19 @@ def test_proximal_term_pulls_towards_the_start(scene, model):
 @settings(max_examples=4, deadline=None)
 @given(st.integers(2, 6), st.integers(1, 5), st.integers(0, 2**16))
 def test_mmd_of_identical_features_is_zero_and_positive_otherwise(b, f, seed):
-    x = jax.random.normal(jax.random.key(seed), (b, f))
-    assert float(mmd(x, x)) == pytest.approx(0.0, abs=1e-6)
-    assert float(mmd(x, x + 3.0)) > 1e-3
+    same, apart, padded_apart = _mmds(b, f, jax.random.key(seed))
+    assert float(same) == pytest.approx(0.0, abs=1e-6)
+    assert float(apart) > 1e-3
     # padding rows are left out of both samples
+    assert float(padded_apart) == pytest.approx(float(apart), rel=1e-5)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))  # one program per shape, not per operation
+def _mmds(b, f, key):
+    x = jax.random.normal(key, (b, f))
     mask = jnp.arange(b + 2) < b
     padded = lambda a, v: jnp.concatenate([a, jnp.full((2, f), v)])
-    assert float(mmd(padded(x, 9.0), padded(x + 3.0, -9.0), mask)) == pytest.approx(
-        float(mmd(x, x + 3.0)), rel=1e-5)
+    return mmd(x, x), mmd(x, x + 3.0), mmd(padded(x, 9.0), padded(x + 3.0, -9.0), mask)
 
 
 def test_gradient_reversal_flips_the_sign():
@@ -105,17 +122,19 @@ def test_fusion_starts_as_the_plain_model_and_uses_the_frozen_features(scene):
     params = init_params(fused, jax.random.key(1))
     tokens = jnp.asarray(scene.test.tokens[0, :4])
     without = {k: v for k, v in params.items() if k != "fuse"}
-    np.testing.assert_allclose(fused.apply({"params": params}, tokens),
-                               plain.apply({"params": without}, tokens), atol=1e-6)
+    np.testing.assert_allclose(jax.jit(fused.apply)({"params": params}, tokens),
+                               jax.jit(plain.apply)({"params": without}, tokens), atol=1e-6)
     alg = fedfusion(fused)
     other = init_params(fused, jax.random.key(2))
     batch = Batch(tokens, jnp.asarray(scene.test.labels[0, :4]), jnp.ones(4, bool))
-    same = alg.client_loss(params, batch, None, ClientStart(params))[0]
-    moved = alg.client_loss(params, batch, None, ClientStart(other))[0]
+    # compiled once each (op by op, this test compiled some 120 small programs)
+    loss_at = jax.jit(lambda start: alg.client_loss(params, batch, None, ClientStart(start))[0])
+    same = loss_at(params)
+    moved = loss_at(other)
     assert float(same) != float(moved)  # the frozen extractor's features enter the loss
-    grads = jax.grad(lambda p: alg.client_loss(params, batch, None, ClientStart(p))[0])(other)
+    grads = jax.jit(jax.grad(loss_at))(other)
     assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree.leaves(grads))
-    probs = alg.predict(params, tokens, other)["full"]
+    probs = jax.jit(alg.predict)(params, tokens, other)["full"]
     np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
 
 
@@ -128,11 +147,10 @@ def test_kmeans_assigns_points_to_their_nearest_centre_and_ignores_padding():
     assert assign[0] == assign[1] != assign[2] == assign[3]
 
 
-def test_fedkc_consistency_uses_the_other_clients_only(scene, model):
+def test_fedkc_consistency_uses_the_other_clients_only(scene, model, params):
     alg = fedkc_lib.fedkc(fedavg(model), num_clusters=2, iterations=3)
-    params = init_params(model, jax.random.key(0))
     data = rnd.client_data(scene.train)
-    knowledge = jax.vmap(lambda t, y, m, k: alg.knowledge(params, t, y, m, k))(
+    knowledge = jax.jit(jax.vmap(lambda t, y, m, k: alg.knowledge(params, t, y, m, k)))(
         data.tokens, data.labels, data.mask, jax.random.split(jax.random.key(0), 3))
     chex.assert_shape(knowledge["centroids"], (3, 2, 2 * DIMS["hidden"]))
     np.testing.assert_allclose(knowledge["probs"].sum(-1)[knowledge["sizes"] > 0], 1.0,
@@ -140,18 +158,18 @@ def test_fedkc_consistency_uses_the_other_clients_only(scene, model):
     np.testing.assert_array_equal(knowledge["sizes"].sum(-1), scene.train.counts)
     batch = Batch(data.tokens[0, :4], data.labels[0, :4], data.mask[0, :4])
     only_own = jax.tree.map(lambda a: a[:1], knowledge)
-    _, aux = alg.client_loss(params, batch, None, ClientStart(params, only_own, 0))
+    loss = jax.jit(lambda k: alg.client_loss(params, batch, None, ClientStart(params, k, 0)))
+    _, aux = loss(only_own)
     assert float(aux["consistency"]) == 0.0
-    _, aux = alg.client_loss(params, batch, None, ClientStart(params, knowledge, 0))
+    _, aux = loss(knowledge)
     assert float(aux["consistency"]) > 0.0
     state, _, metrics = _run(alg, scene, params)  # runs inside the compiled round
     chex.assert_tree_all_finite(state.params)
     assert float(metrics.aux["consistency"].min()) > 0.0
 
 
-def test_indiv_never_communicates_and_trains_each_client_alone(scene, model):
+def test_indiv_never_communicates_and_trains_each_client_alone(scene, model, params):
     alg = indiv(model, 0.1)
-    params = init_params(model, jax.random.key(0))
     state, clients, _ = _run(alg, scene, params, rounds=2)
     assert state.params == {}
     comm = communication.account(alg, state, rnd.client_data(scene.train, local_vocab=True))

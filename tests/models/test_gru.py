@@ -1,5 +1,7 @@
 """The hand-written GRU backward pass equals autodiff of the plain scan."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -27,18 +29,27 @@ def _reference(proj, mask, w, b):
 @given(t=st.integers(1, 6), d=st.integers(1, 2), b=st.integers(1, 3), h=st.integers(1, 4),
        seed=st.integers(0, 10_000))
 def test_values_and_gradients_match_autodiff_of_the_plain_scan(t, d, b, h, seed):
-    ks = jax.random.split(jax.random.key(seed), 6)
+    values, ours, ref = _values_and_gradients((t, d, b, h), jax.random.key(seed))
+    chex.assert_trees_all_close(values[0], values[1], atol=1e-5)
+    chex.assert_trees_all_close(ours, ref, atol=1e-4, rtol=1e-4)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _values_and_gradients(shape, key):
+    """Both recurrences' outputs and their gradients w.r.t. (proj, w, bias), in one compiled
+    program per shape (op by op, each example compiled some 40 small programs)."""
+    t, d, b, h = shape
+    ks = jax.random.split(key, 6)
     proj = jax.random.normal(ks[0], (t, d, b, 3 * h))
     mask = (jax.random.uniform(ks[1], (t, d, b, 1)) < 0.7).astype(jnp.float32)
     w = jax.random.normal(ks[2], (d, h, 3 * h)) * 0.5
     bias = jax.random.normal(ks[3], (d, 3 * h)) * 0.1
     cot = jax.random.normal(ks[4], (t, d, b, h))
-    chex.assert_trees_all_close(gru_recurrence(proj, mask, w, bias),
-                                _reference(proj, mask, w, bias), atol=1e-5)
+    values = (gru_recurrence(proj, mask, w, bias), _reference(proj, mask, w, bias))
     loss = lambda f: lambda p, w, bias: jnp.sum(f(p, mask, w, bias) * cot)
     ours = jax.grad(loss(gru_recurrence), argnums=(0, 1, 2))(proj, w, bias)
     ref = jax.grad(loss(_reference), argnums=(0, 1, 2))(proj, w, bias)
-    chex.assert_trees_all_close(ours, ref, atol=1e-4, rtol=1e-4)
+    return values, ours, ref
 
 
 def test_works_under_vmap_like_the_client_axis():
@@ -47,6 +58,6 @@ def test_works_under_vmap_like_the_client_axis():
     mask = jnp.ones((3, 4, 2, 2, 1))
     w = jax.random.normal(ks[1], (3, 2, 2, 6))
     b = jnp.zeros((3, 2, 6))
-    grad = lambda f: jax.vmap(jax.grad(lambda p, w: jnp.sum(f(p, mask[0], w, b[0]) ** 2),
-                                       argnums=(0, 1)))(proj, w)
+    grad = lambda f: jax.jit(jax.vmap(jax.grad(
+        lambda p, w: jnp.sum(f(p, mask[0], w, b[0]) ** 2), argnums=(0, 1))))(proj, w)
     chex.assert_trees_all_close(grad(gru_recurrence), grad(_reference), atol=1e-4)

@@ -4,6 +4,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from fedjax_sc.models.text_classifier import BiGRU, TextClassifier, init_params, seq_mean
@@ -45,20 +46,26 @@ def test_classifier_shapes_and_finite_including_empty_review():
     params = init_params(model, jax.random.key(0))
     chex.assert_shape(params["embedding"]["embedding"], (30, 8))
     tokens = jnp.array([[3, 4, 5, 0], [0, 0, 0, 0]], jnp.int32)  # second review is empty
-    logits = model.apply({"params": params}, tokens)
+    logits = jax.jit(model.apply)({"params": params}, tokens)
     chex.assert_shape(logits, (2, 3))
     chex.assert_tree_all_finite(logits)
 
 
-@settings(max_examples=4, deadline=None)
-@given(length=st.integers(1, 7), extra_pad=st.integers(1, 5))
-def test_right_padding_does_not_change_the_features(length, extra_pad):
+@pytest.fixture(scope="module")
+def features():
+    """The model's features as one compiled forward pass per input length (op by op, each
+    example compiled ~150 small programs)."""
     model = TextClassifier(vocab_size=20, embed_dim=6, hidden=3, mlp_hidden=4)
     params = init_params(model, jax.random.key(0))
+    return jax.jit(lambda t: model.apply({"params": params}, t, method=model.features))
+
+
+@settings(max_examples=4, deadline=None)
+@given(length=st.integers(1, 7), extra_pad=st.integers(1, 5))
+def test_right_padding_does_not_change_the_features(features, length, extra_pad):
     ids = jax.random.randint(jax.random.key(length), (1, length), 2, 20)
     padded = jnp.pad(ids, ((0, 0), (0, extra_pad)))
-    f = lambda t: model.apply({"params": params}, t, method=model.features)
-    chex.assert_trees_all_close(f(ids), f(padded), atol=1e-6)
+    chex.assert_trees_all_close(features(ids), features(padded), atol=1e-6)
 
 
 def test_seq_mean_matches_numpy():

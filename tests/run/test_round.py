@@ -26,6 +26,18 @@ def model(scene):
     return TextClassifier(vocab_size=len(scene.vocab), embed_dim=8, hidden=4, mlp_hidden=6)
 
 
+@pytest.fixture(scope="module")
+def fedavg_step(model):
+    """The compiled FedAvg round (lr 0.1, B = 4, E = 1) that several tests share."""
+    return rnd.make_round_step(fedavg(model, 0.1), batch_size=4, local_epochs=1)
+
+
+@pytest.fixture(scope="module")
+def fedavg_step_e2(model):
+    """The same with E = 2 local epochs."""
+    return rnd.make_round_step(fedavg(model, 0.1), batch_size=4, local_epochs=2)
+
+
 def _states(model, scene, algorithm=None):
     algorithm = algorithm or fedavg(model)
     return rnd.init_states(algorithm, init_params(model, jax.random.key(0)), scene.num_clients)
@@ -63,8 +75,8 @@ def test_zero_learning_rate_leaves_params_unchanged(scene, model, local_vocab):
     chex.assert_trees_all_close(new.params, state.params, atol=1e-7)
 
 
-def test_local_vocabulary_training_equals_dense_training(scene, model):
-    step = rnd.make_round_step(fedavg(model, 0.1), batch_size=4, local_epochs=2)
+def test_local_vocabulary_training_equals_dense_training(scene, model, fedavg_step_e2):
+    step = fedavg_step_e2
     dense = sparse = _states(model, scene)
     for _ in range(2):
         dense = step(*dense, rnd.client_data(scene.train, False), jax.random.key(2))[:2]
@@ -88,16 +100,15 @@ def test_padded_client_trains_exactly_as_alone(scene, model):
     np.testing.assert_allclose(pm.train_loss, am.train_loss, rtol=1e-6)
 
 
-def test_identical_clients_aggregate_to_their_common_update(scene, model):
+def test_identical_clients_aggregate_to_their_common_update(scene, model, fedavg_step):
     one = jax.tree.map(lambda a: a[:1], rnd.client_data(scene.train))
     same = jax.tree.map(lambda a: jnp.concatenate([a, a, a]), one)
     alg = fedavg(model, 0.1)
     state = _state(model)
-    update = rnd.build_client_update(alg, batch_size=4, local_epochs=1)
+    update = jax.jit(rnd.build_client_update(alg, batch_size=4, local_epochs=1))
     round_key = jax.random.fold_in(jax.random.key(3), 0)
     # all three clients get different shuffles; use client 0's key for all by one client alone
-    solo, _, _ = rnd.make_round_step(alg, batch_size=4, local_epochs=1)(
-        state, rnd.ClientStates({}), one, jax.random.key(3))
+    solo, _, _ = fedavg_step(state, rnd.ClientStates({}), one, jax.random.key(3))
     expected, _ = update(state.params, one.tokens[0], one.labels[0], one.mask[0],
                          jax.random.fold_in(round_key, 0))
     chex.assert_trees_all_close(solo.params, expected, atol=1e-6)
@@ -108,13 +119,17 @@ def test_identical_clients_aggregate_to_their_common_update(scene, model):
                                 rtol=1e-6)
 
 
+# one compiled program per example, not one per operation
+SCHEDULE = jax.jit(rnd.epoch_schedule, static_argnums=(2, 3))
+
+
 @settings(max_examples=5, deadline=None)
 @given(n=st.integers(1, 23), real=st.integers(0, 23), batch=st.integers(1, 7),
        epochs=st.integers(1, 3), seed=st.integers(0, 1000))
 def test_each_epoch_visits_every_real_example_once(n, real, batch, epochs, seed):
     real = min(real, n)
     mask = jnp.arange(n) < real
-    idx, bmask = rnd.epoch_schedule(jax.random.key(seed), mask, batch, epochs)
+    idx, bmask = SCHEDULE(jax.random.key(seed), mask, batch, epochs)
     assert idx.shape == bmask.shape == (epochs, math.ceil(n / batch), batch)
     for e in range(epochs):
         visited = np.asarray(idx[e])[np.asarray(bmask[e])]
@@ -138,7 +153,7 @@ def test_private_leaves_stay_on_clients_persist_and_differ(scene, model):
     assert not np.allclose(kernels[0], kernels[1])  # personalised
     again, again_clients, _ = step(new, new_clients, data, jax.random.key(4))
     # a client's private leaves continue from where it left them (not re-downloaded)
-    update = rnd.build_client_update(alg, batch_size=4, local_epochs=1)
+    update = jax.jit(rnd.build_client_update(alg, batch_size=4, local_epochs=1))
     from fedjax_sc.algorithms.masking import merge
     k = 1
     mine = jax.tree.map(lambda x: x[k], new_clients.private)
@@ -150,15 +165,14 @@ def test_private_leaves_stay_on_clients_persist_and_differ(scene, model):
                                 {"classifier": expected["classifier"]}, atol=1e-5)
 
 
-def test_all_shared_rules_equal_fedavg(scene, model):
-    plain = fedavg(model, 0.1)
-    ruled = plain._replace(leaf_rules={"shared": r"."})
+def test_all_shared_rules_equal_fedavg(scene, model, fedavg_step):
+    ruled = fedavg(model, 0.1)._replace(leaf_rules={"shared": r"."})
     data = rnd.client_data(scene.train, local_vocab=True)
     outs = []
-    for alg in (plain, ruled):
+    for step, alg in ((fedavg_step, None),
+                      (rnd.make_round_step(ruled, batch_size=4, local_epochs=1), ruled)):
         state, clients = _states(model, scene, alg)
-        outs.append(rnd.make_round_step(alg, batch_size=4, local_epochs=1)(
-            state, clients, data, jax.random.key(6))[0].params)
+        outs.append(step(state, clients, data, jax.random.key(6))[0].params)
     chex.assert_trees_all_close(outs[0], outs[1], atol=0)
 
 
@@ -176,25 +190,32 @@ def test_private_embedding_table_with_local_vocabulary_equals_dense(scene, model
     chex.assert_trees_all_close(results[0], results[1], atol=2e-6)
 
 
-def test_fedavg_round_equals_a_plain_reference_loop(scene, model):
+def test_fedavg_round_equals_a_plain_reference_loop(scene, model, fedavg_step_e2):
     """FedAvg as composable pieces gives the numbers of the textbook algorithm: each client
     runs SGD + momentum over its shuffled batches, the server takes the N^k/N mean."""
     import optax
     from fedjax_sc.algorithms.losses import cross_entropy
     from fedjax_sc.algorithms.base import Batch
-    lr, batch, epochs, seed = 0.1, 4, 2, 11
+    lr, batch, epochs, seed = 0.1, 4, 2, 11  # those of fedavg_step_e2
     params = init_params(model, jax.random.key(0))
     alg = fedavg(model, lr)
     state, clients = rnd.init_states(alg, params, scene.num_clients)
-    new, _, _ = rnd.make_round_step(alg, batch_size=batch, local_epochs=epochs)(
+    new, _, _ = fedavg_step_e2(
         state, clients, rnd.client_data(scene.train, local_vocab=True), jax.random.key(seed))
     loss = jax.jit(jax.grad(lambda p, b: cross_entropy(model)(p, b, None)[0]))
+    opt = optax.sgd(lr, momentum=0.9)
+
+    @jax.jit  # one compiled SGD step (op by op, every leaf's update compiled on its own)
+    def sgd_step(p, s, g):
+        u, s = opt.update(g, s, p)
+        return optax.apply_updates(p, u), s
+
     round_key = jax.random.fold_in(jax.random.key(seed), 0)
     trained = []
     for k in range(scene.num_clients):
         key = jax.random.fold_in(round_key, k)
-        idx, bmask = rnd.epoch_schedule(key, jnp.asarray(scene.train.mask[k]), batch, epochs)
-        p, opt = params, optax.sgd(lr, momentum=0.9)
+        idx, bmask = SCHEDULE(key, jnp.asarray(scene.train.mask[k]), batch, epochs)
+        p = params
         s = opt.init(p)
         for e in range(epochs):
             for j in range(idx.shape[1]):
@@ -203,8 +224,7 @@ def test_fedavg_round_equals_a_plain_reference_loop(scene, model):
                 i = np.asarray(idx[e, j])
                 g = loss(p, Batch(scene.train.tokens[k][i], scene.train.labels[k][i],
                                   jnp.asarray(bmask[e, j])))
-                u, s = opt.update(g, s, p)
-                p = optax.apply_updates(p, u)
+                p, s = sgd_step(p, s, g)
         trained.append(p)
     w = scene.train.counts / scene.train.counts.sum()
     expected = jax.tree.map(lambda *xs: sum(wk * x for wk, x in zip(w, xs)), *trained)
@@ -229,15 +249,16 @@ def test_upload_message_never_holds_a_private_leaf(scene, model):
     assert any(p.startswith("encoder/") for p in seen[-1])
 
 
-def test_server_sgd_with_unit_step_equals_taking_the_aggregate(scene, model):
+def test_server_sgd_with_unit_step_equals_taking_the_aggregate(scene, model, fedavg_step):
     import optax
     data = rnd.client_data(scene.train, local_vocab=True)
     outs = []
-    for server in (None, optax.sgd(1.0)):
+    for server in (None, optax.sgd(1.0)):  # no server optimizer: the shared FedAvg round
         alg = fedavg(model, 0.1)._replace(server_optimizer=server)
         state, clients = _states(model, scene, alg)
-        outs.append(rnd.make_round_step(alg, batch_size=4, local_epochs=1)(
-            state, clients, data, jax.random.key(3))[0].params)
+        step = (fedavg_step if server is None else
+                rnd.make_round_step(alg, batch_size=4, local_epochs=1))
+        outs.append(step(state, clients, data, jax.random.key(3))[0].params)
     chex.assert_trees_all_close(outs[0], outs[1], atol=1e-6)
 
 

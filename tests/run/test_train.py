@@ -1,6 +1,7 @@
 """Run loop: outputs, exact resume, non-finite guard, CLI, and real FDU data end to end."""
 
 import json
+import shutil
 
 import chex
 import jax
@@ -24,15 +25,23 @@ def _quiet(_):
     pass
 
 
-def test_resume_ends_with_exactly_the_uninterrupted_parameters(tmp_path):
-    full = train(TrainConfig(**TINY, rounds=3, out=str(tmp_path / "full")), log=_quiet)
+@pytest.fixture(scope="module")
+def fedavg_run(tmp_path_factory):
+    """An uninterrupted 3-round FedAvg run with the Ap phase: its folder and report (shared
+    by the tests that compare with it or read its outputs; they must not change it)."""
+    out = tmp_path_factory.mktemp("fedavg") / "full"
+    return out, train(TrainConfig(**TINY, rounds=3, out=str(out)), log=_quiet)
+
+
+def test_resume_ends_with_exactly_the_uninterrupted_parameters(fedavg_run, tmp_path):
+    full_dir, full = fedavg_run
     train(TrainConfig(**TINY, rounds=1, out=str(tmp_path / "cut"), ap=False), log=_quiet)
     resumed = train(TrainConfig(**TINY, rounds=3, out=str(tmp_path / "cut"), resume=True),
                     log=_quiet)
     chex.assert_trees_all_equal(full["params"], resumed["params"])
     rows = _rows(tmp_path / "cut/metrics.jsonl")
     assert [r["round"] for r in rows] == [1, 2, 3]
-    assert [r["Ag"] for r in _rows(tmp_path / "full/metrics.jsonl")] == [r["Ag"] for r in rows]
+    assert [r["Ag"] for r in _rows(full_dir / "metrics.jsonl")] == [r["Ag"] for r in rows]
     assert resumed["Ap"] == full["Ap"]
 
 
@@ -73,9 +82,10 @@ def test_fedper_has_no_global_model_and_reports_ag_as_not_applicable(tmp_path):
     assert row["Ag"] is None and 0.0 <= row["personal"]["full"] <= 1.0
 
 
-def test_outputs_and_report(tmp_path):
+def test_outputs_and_report(fedavg_run, tmp_path):
     out = tmp_path / "run"
-    report = train(TrainConfig(**TINY, rounds=2, out=str(out)), log=_quiet)
+    shutil.copytree(fedavg_run[0], out)  # a copy: the overwrite below replaces it
+    report = fedavg_run[1]
     for name in ("config.json", "vocab.json", "metrics.jsonl", "report.json", "report.md"):
         assert (out / name).is_file(), name
     assert json.loads((out / "config.json").read_text())["lr"] == 0.1  # synthetic preset
@@ -83,7 +93,7 @@ def test_outputs_and_report(tmp_path):
     assert report["Ag"] == pytest.approx(np.mean([c["Ag"] for c in report["clients"]]))
     assert "| Avg |" in (out / "report.md").read_text()
     with pytest.raises(FileExistsError, match="--resume"):
-        train(TrainConfig(**TINY, rounds=2, out=str(out)), log=_quiet)
+        train(TrainConfig(**TINY, rounds=3, out=str(out)), log=_quiet)
     train(TrainConfig(**TINY, rounds=1, out=str(out), overwrite=True, ap=False), log=_quiet)
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
     with pytest.raises(ValueError, match="different configuration"):
@@ -98,8 +108,9 @@ def test_non_finite_update_stops_the_run_naming_round_and_client(tmp_path):
 
 
 def test_cli_train_and_errors(tmp_path, capsys):
-    args = ["train", "--synthetic-clients", "2", "--synthetic-train", "8", "--synthetic-test",
-            "4", "--max-len", "6", "--embed-dim", "4", "--hidden", "2", "--mlp-hidden", "3",
+    args = ["train", "--synthetic-clients", "2", "--synthetic-train", "12", "--synthetic-test",
+            "6", "--max-len", "8", "--embed-dim", "6", "--hidden", "3", "--mlp-hidden", "4",
+            "--batch-size", "4", "--local-epochs", "1",  # TINY's sizes
             "--rounds", "1", "--out", str(tmp_path / "c"), "--algorithm", "lg_fedavg",
             "--ap-evals", "1", "--ap-steps", "1", "--furl-dim", "2", "--embedding-lr", "0.01"]
     assert cli.main(args) == 0
@@ -115,7 +126,8 @@ def test_one_round_on_two_real_fdu_domains(fdu_dir, tmp_path):
     report = train(TrainConfig(scene="fdu", data_dir=str(fdu_dir), domains=("MR", "apparel"),
                                rounds=1, max_len=40,
                                vocab_size=3000, embed_dim=16, hidden=8, mlp_hidden=16,
-                               batch_size=64, lr=0.05, out=str(tmp_path / "fdu")), log=_quiet)
+                               batch_size=64, lr=0.05, ap_evals=2, ap_steps=2,
+                               out=str(tmp_path / "fdu")), log=_quiet)
     assert [c["client"] for c in report["clients"]] == ["MR", "apparel"]
     assert [c["N"] for c in report["clients"]] == [1600, 1600]
     assert [c["M"] for c in report["clients"]] == [400, 400]
