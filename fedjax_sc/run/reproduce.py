@@ -1,14 +1,17 @@
 """One command per paper table: run every method a table needs, then print our figures beside
 the paper's (Li et al. 2021, Sec. 5.4-5.6, Tables 2-8, Fig. 4).
 
-``fedjax-sc reproduce TABLE --scene fdu [--seeds N] [--quick]`` keeps a results store under
+``fedjax-sc reproduce TABLE --scene fdu [--seeds N] [--quick] [--methods M ...]`` keeps a
+results store under
 ``--out``: one directory per run, ``<out>/<scene>/<run>/seed-<s>/``, each a complete
 ``fedjax-sc train`` run directory (``config.json``, ``metrics.jsonl``, ``checkpoints/``,
 ``report.json``). A finished run (a report for the requested rounds) is skipped, an
 interrupted one resumed, so tables share runs (Table 2's KTEPS is Table 4's lambda1 = lambda2 =
 0.01 cell) and an interrupted reproduction continues where it stopped. Runs that differ from
 another run only in the Ap phase (Table 5's mu) copy that run's last checkpoint and redo the Ap
-phase alone.
+phase alone. ``--methods`` trains only the named runs (Tables 2-3: the methods; other tables:
+the run names :func:`plan` gives); the table still shows every other run the store already
+holds finished, and ``not run`` for the rest.
 
 The table (Markdown, ``<out>/<scene>/<table>.md``) holds our mean +- std over the seeds (in
 percent) next to the paper's number in parentheses (:mod:`fedjax_sc.run.paper`). Tables 2-3
@@ -201,7 +204,8 @@ def finished(where: Path, c: TrainConfig) -> dict | None:
 
 
 def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[int],
-              log: Callable[[str], None] = print, plots: bool = True) -> str:
+              log: Callable[[str], None] = print, plots: bool = True,
+              methods: Sequence[str] | None = None) -> str:
     """Runs (or resumes, or skips) every run of ``table`` for every seed; returns the Markdown.
 
     Args:
@@ -212,30 +216,45 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
       seeds: the seeds (mean +- std over them).
       log: progress lines.
       plots: write the PNG figures of Tables 2-3 (skipped with a note without matplotlib).
+      methods: the runs to train (Tables 2-3: method names; others: run names of
+        :func:`plan`); None = all. The others are read from the store when finished there
+        with the same settings and shown as ``not run`` otherwise.
 
     Raises:
-      ValueError: an unknown table or invalid settings (from the runs' configs).
+      ValueError: an unknown table, a name in ``methods`` that the table has no run for, or
+        invalid settings (from the runs' configs).
     """
     out = Path(out)
     c0 = base.resolved()
     runs, cells = plan(table, c0.scene, c0.embed_dim)
+    names = [r.name for r in runs]
+    unknown = [m for m in (methods or ()) if m not in names]
+    if unknown:
+        raise ValueError(f"--methods: {table} has no run {', '.join(map(repr, unknown))}; "
+                         f"choose from {' '.join(names)}")
     reports: dict[tuple[str, int], dict] = {}
     for seed in seeds:
         for run in runs:
             c = dataclasses.replace(base, **run.overrides, seed=seed,
                                     out=str(run_dir(out, c0.scene, run.name, seed)),
                                     resume=False, overwrite=False).resolved()
-            reports[(run.name, seed)] = _ensure(run, c, out, log)
-    if c0.scene == "synthetic" and table in TABLE23_METHODS:
+            if methods is None or run.name in methods:
+                reports[(run.name, seed)] = _ensure(run, c, out, log)
+            else:
+                report = finished(Path(c.out), c)
+                if report is not None:
+                    reports[(run.name, seed)] = report
+    if c0.scene == "synthetic" and table in TABLE23_METHODS and reports:
         names = [r["client"] for r in next(iter(reports.values()))["clients"]]
         cells = {row: {m: cell._replace(metric=_client_metric(table, m, row)) for m, cell in
                        next(iter(cells.values())).items()} for row in [*names, "Avg"]}
     text = format_table(table, c0, cells, reports, seeds)
     target = out / c0.scene / f"{table}.md"
     target.parent.mkdir(parents=True, exist_ok=True)
-    if plots and table in TABLE23_METHODS:
-        text += "\n\n" + _figures(table, c0, runs, cells, reports, seeds, out)
-    text += "\n\n" + cost_line(out, c0, runs, seeds)
+    done = [r for r in runs if all((r.name, s) in reports for s in seeds)]
+    if plots and table in TABLE23_METHODS and done:
+        text += "\n\n" + _figures(table, c0, done, cells, reports, seeds, out)
+    text += "\n\n" + cost_line(out, c0, done, seeds)
     target.write_text(text + "\n")
     log(text)
     return text
@@ -266,7 +285,9 @@ def _ensure(run: Run, c: TrainConfig, out: Path, log: Callable[[str], None]) -> 
 
 def format_table(table: str, c: TrainConfig, cells: dict[str, dict[str, Cell]],
                  reports: dict[tuple[str, int], dict], seeds: Sequence[int]) -> str:
-    """Markdown: ``ours (paper)`` per cell, ours = mean +- std over seeds in percent."""
+    """Markdown: ``ours (paper)`` per cell, ours = mean +- std over seeds in percent;
+    ``not run`` where ``reports`` lacks a seed of the cell's run, ``n/a`` where the run has no
+    such figure (e.g. Ag of a method without a global model)."""
     columns = list(next(iter(cells.values())))
     n = len(seeds)
     head = (f"{table.capitalize()} on {c.scene}: ours (paper), ours = mean"
@@ -278,6 +299,9 @@ def format_table(table: str, c: TrainConfig, cells: dict[str, dict[str, Cell]],
         out = []
         for col in columns:
             cell = by_column[col]
+            if any((cell.run, s) not in reports for s in seeds):
+                out.append("not run" + ("" if cell.paper is None else f" ({cell.paper})"))
+                continue
             values = [cell.metric(reports[(cell.run, s)]) for s in seeds]
             values = [100 * v for v in values if v is not None]
             ours = ("n/a" if not values else f"{np.mean(values):.1f}" +
@@ -294,12 +318,12 @@ def _figures(table, c, runs, cells, reports, seeds, out: Path) -> str:
         curves = {r.name: run_dir(out, c.scene, r.name, seed) for r in runs}
         conv = plots.convergence_figure(curves, out / c.scene / f"{table}-convergence.png",
                                         title=f"{c.scene}: Ag per round, then Ap_t (seed {seed})")
+        done = [r.name for r in runs]
         ours = {m: {row: by_col[m].metric(reports[(m, seed)])
-                    for row, by_col in cells.items() if row != "Avg"} for m in
-                next(iter(cells.values()))}
+                    for row, by_col in cells.items() if row != "Avg"} for m in done}
         ours = {m: {k: v for k, v in d.items() if v is not None} for m, d in ours.items()}
         theirs = {m: {row: by_col[m].paper for row, by_col in cells.items()
-                      if by_col[m].paper is not None} for m in next(iter(cells.values()))}
+                      if by_col[m].paper is not None} for m in done}
         bars = plots.per_client_figure(ours, out / c.scene / f"{table}-per-client.png",
                                        title=f"{table} on {c.scene} (seed {seed}); markers: "
                                        f"paper", paper=theirs or None)

@@ -89,3 +89,27 @@ def test_unknown_table_and_table8_scene_are_rejected():
         plan("table9", "fdu", 50)
     with pytest.raises(ValueError, match="FDU"):
         plan("table8", "iyy", 50)
+
+
+def test_methods_trains_only_the_named_runs_and_shows_the_others_as_not_run(tmp_path, capsys):
+    tiny = ["--scene", "synthetic", "--synthetic-clients", "2", "--synthetic-train", "16",
+            "--synthetic-test", "8", "--max-len", "8", "--embed-dim", "8", "--hidden", "4",
+            "--mlp-hidden", "6", "--ap-steps", "2", "--quick", "--no-plots",
+            "--out", str(tmp_path)]
+    assert main(["reproduce", "table6", *tiny, "--methods", "kteps"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("starting") == 1 and "kteps_star seed" not in out
+    assert not run_dir(tmp_path, "synthetic", "kteps_star", 0).exists()
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")[1:]]
+            for line in (tmp_path / "synthetic" / "table6.md").read_text().splitlines()
+            if line.startswith("| kteps")}
+    assert rows["kteps_star"] == ["not run"] * 3
+    assert all(float(v) > 0 for v in rows["kteps"])  # run: real figures, not placeholders
+    # a finished run of a method not named is read from the store, not retrained
+    assert main(["reproduce", "table6", *tiny, "--methods", "kteps_star"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("starting") == 1 and "== kteps seed" not in out
+    md = (tmp_path / "synthetic" / "table6.md").read_text()
+    assert "not run" not in md
+    assert main(["reproduce", "table6", *tiny, "--methods", "fedavg"]) == 1
+    assert "has no run 'fedavg'" in capsys.readouterr().err
