@@ -38,7 +38,9 @@ def pytest_configure(config):
     in XLA_FLAGS is left as it is; ``FEDJAX_SC_TEST_XLA_OPT=1`` keeps XLA's defaults)."""
     cache = Path(config.rootpath) / ".pytest_cache" / "jax-compilation"
     jax.config.update("jax_compilation_cache_dir", str(cache))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    # not the ~1,300 single operations run outside jit (a few ms each to compile, and writing
+    # them costs more than it saves); every round, evaluation and Ap phase takes longer
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     if os.environ.get("FEDJAX_SC_TEST_XLA_OPT") == "1":
         return

@@ -75,9 +75,13 @@ def build_multitask_round(algorithm: Algorithm, *, batch_size: int,
             i, m, e, j = inputs
             (_, (losses, aux)), (g_shared, g_private) = jax.value_and_grad(
                 total, has_aux=True)((shared, private), i, m, e, j)
-            updates, shared_opt = opt.update(g_shared, shared_opt, shared)
-            shared = optax.apply_updates(shared, updates)
+            updates, new_shared_opt = opt.update(g_shared, shared_opt, shared)
             real = jnp.any(m, axis=1)  # [K]
+            # a step where every client is padded is a no-op (momentum must not move them)
+            keep = lambda new, old: jnp.where(jnp.any(real), new, old)
+            shared, shared_opt = (jax.tree.map(keep, optax.apply_updates(shared, updates),
+                                               shared),
+                                  jax.tree.map(keep, new_shared_opt, shared_opt))
 
             def private_step(p, g, o, r):
                 u, new_o = opt.update(g, o, p)

@@ -31,8 +31,9 @@ DIMS = dict(embed_dim=8, hidden=4, mlp_hidden=6)
 
 @pytest.fixture(scope="module")
 def scene():
-    return synthetic_scene(num_clients=3, train_per_client=12, test_per_client=4, max_len=8,
-                           seed=5)
+    # tests/run/test_round.py's scene and DIMS: the FedAvg round below is compiled once for both
+    return synthetic_scene(num_clients=3, train_per_client=14, test_per_client=6, max_len=10,
+                           seed=3)
 
 
 @pytest.fixture(scope="module")
@@ -237,3 +238,22 @@ def test_multitask_round_leaves_a_client_without_data_unchanged(scene):
     with pytest.raises(ValueError, match="global vocabulary ids"):
         build_multitask_round(alg, batch_size=4, local_epochs=1)(
             state, clients, rnd.client_data(arrays, local_vocab=True), jax.random.key(0))
+
+
+def test_fedkc_exchange_never_sees_a_private_leaf(scene, params):
+    # the exchange reaches every client: with a FURL private vector it would carry what the
+    # vector learnt, so the combination is refused; without private leaves it is computed from
+    # the downloaded shared params (the server's model)
+    from fedjax_sc.run.registry import build_algorithm
+    alg = build_algorithm("fedavg_kc", vocab_size=len(scene.vocab), num_classes=2, furl_dim=2,
+                          learning_rate=0.1, **DIMS)
+    model_params = init_params(alg.model, jax.random.key(0))
+    with pytest.raises(ValueError, match="shared leaves only.*user/vector"):
+        _run(alg, scene, model_params)
+    seen = []
+    plain = fedkc_lib.fedkc(fedavg(TextClassifier(vocab_size=len(scene.vocab), **DIMS)), 2, 1)
+    spy = plain._replace(knowledge=lambda p, *a: (seen.append(p), plain.knowledge(p, *a))[1])
+    jax.eval_shape(rnd.build_round(spy, batch_size=4, local_epochs=1),
+                   *rnd.init_states(spy, params, 3), rnd.client_data(scene.train),
+                   jax.random.key(0))
+    assert seen and jax.tree.structure(seen[0]) == jax.tree.structure(params)
