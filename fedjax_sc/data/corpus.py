@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -68,11 +68,14 @@ def _snippet(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def _read_lines(path: str | Path) -> list[tuple[int, str, bool]]:
-    """Returns ``(lineno, line, was_latin1)`` per line; raises on blank lines.
+def _read_lines(path: str | Path) -> Iterator[tuple[int, str, bool]]:
+    """Yields ``(lineno, line, was_latin1)`` per line, in file order; raises on blank lines.
 
     Lines are split on ``b"\\n"`` only (never on other Unicode separators) and a trailing
-    ``"\\r"`` is stripped. The empty string after a final newline is not a line.
+    ``"\\r"`` is stripped. The empty string after a final newline is not a line. Because the
+    lines are yielded one by one, a caller that checks each line reports the first bad line of
+    the file, whatever is wrong with it (a binary file fails at its first line, not at its
+    first blank one).
 
     Raises:
       FileNotFoundError: ``path`` does not exist.
@@ -84,17 +87,15 @@ def _read_lines(path: str | Path) -> list[tuple[int, str, bool]]:
     raw = path.read_bytes().split(b"\n")
     if raw[-1] == b"":
         raw.pop()
-    out = []
     for lineno, line in enumerate(raw, start=1):
         if line.endswith(b"\r"):
             line = line[:-1]
         if not line:
             raise ValueError(f"{path}:{lineno}: blank line")
         try:
-            out.append((lineno, line.decode("utf-8"), False))
+            yield lineno, line.decode("utf-8"), False
         except UnicodeDecodeError:
-            out.append((lineno, line.decode("latin-1"), True))
-    return out
+            yield lineno, line.decode("latin-1"), True
 
 
 def _parse_int(field: str, allowed: Collection[int], where: str, line: str, what: str) -> int:

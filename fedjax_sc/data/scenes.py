@@ -130,7 +130,7 @@ def local_vocabularies(train: ClientArrays) -> tuple[np.ndarray, np.ndarray]:
 
 
 def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], num_classes: int,
-                max_len: int, vocab_size: int) -> Scene:
+                max_len: int, vocab_size: int, allow_empty: bool = False) -> Scene:
     """Builds a scene exactly as Li et al. 2021, Sec. 5.1.
 
     Each client counts the tokens of its OWN train split (``count_tokens``), the server sums
@@ -144,10 +144,14 @@ def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], n
       num_classes: C; every label must lie in ``[0, C)``.
       max_len: clip/pad length.
       vocab_size: number of words kept (V = at most ``vocab_size + 2``).
+      allow_empty: keep a client whose train or test split has no example (it then trains
+        nothing, or has no Ag^k / Ap^k and is left out of the means); False refuses it.
 
     Raises:
       ValueError: no clients, missing/unknown splits, inconsistent dev splits, a label outside
-        ``[0, num_classes)`` (names client and split), ``max_len < 1`` or ``vocab_size < 1``.
+        ``[0, num_classes)`` (names client and split), a train or test split without examples
+        (names its file; unless ``allow_empty``), no training or no test example at all,
+        ``max_len < 1`` or ``vocab_size < 1``.
     """
     if not client_corpora:
         raise ValueError("client_corpora is empty")
@@ -164,11 +168,19 @@ def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], n
                              f"expected {sorted(splits)}")
         for s in splits:
             labels = client_corpora[c][s].labels
+            if s in ("train", "test") and not len(labels) and not allow_empty:
+                raise ValueError(f"{client_corpora[c][s].source}: no examples (client {c!r}, "
+                                 f"split {s!r}); every client needs training and test "
+                                 f"examples (--allow-empty-clients keeps it: it then trains "
+                                 f"nothing or is left out of the averages)")
             bad = labels[(labels < 0) | (labels >= num_classes)]
             if bad.size:
                 raise ValueError(f"client {c!r} split {s!r}: labels {np.unique(bad)[:5].tolist()} "
                                  f"outside [0, {num_classes})")
 
+    for s in ("train", "test"):
+        if not any(len(client_corpora[c][s]) for c in names):
+            raise ValueError(f"no client has any {s} example")
     local_counts = [count_tokens(client_corpora[c]["train"].texts) for c in names]
     vocab = Vocabulary.from_counts(merge_counts(local_counts), max_size=vocab_size)
 

@@ -9,6 +9,18 @@ import sys
 from fedjax_sc.run import configs
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows ``(default: ...)`` for options that take a value; an on/off flag, and an option
+    whose default is resolved later (None: the scene preset), state their default in their
+    own help (argparse would print the stored value: True for a ``--no-...`` flag that is
+    off, None for a preset)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.nargs == 0 or action.default is None:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedjax-sc", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -16,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     t = sub.add_parser(
         "train", help="federated training with Ag per round, checkpoints and a final report",
         description="Federated training. Options left out take the scene's paper preset: "
-        + presets, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        + presets, formatter_class=_HelpFormatter)
     _train_arguments(t)
     g = sub.add_parser(
         "table7", help="KTEPS* over the Table 7 grid of PCA bands (resumable), with the "
@@ -24,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Runs kteps_star for every d1 in --d1 and d2 in --d2-fraction x d, one "
         "run directory each under --out (finished runs are skipped, unfinished ones resumed), "
         "then prints and writes table7.md. Every train option applies to each run. Presets: "
-        + presets, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        + presets, formatter_class=_HelpFormatter)
     _train_arguments(g, grid=True)
     g.add_argument("--d1", type=int, nargs="+", default=[1, 2, 3, 6],
                    help="first principal component kept (paper: 1 2 3 6)")
@@ -38,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
         "prints and writes <table>.md (and PNG figures for Tables 2-3). Every train option "
         "applies to each run. --quick: 1 round, n_Z = 5, 1 seed; otherwise the scene's paper "
         "settings and 3 seeds. Presets: " + presets,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=_HelpFormatter)
     q.add_argument("table", choices=("table2", "table3", "table4", "table5", "table6",
                                      "table7", "table8"))
     _train_arguments(q, grid=True)
@@ -46,13 +58,17 @@ def _parser() -> argparse.ArgumentParser:
                    "--quick, else 3)")
     q.add_argument("--quick", action="store_true",
                    help="a first look: 1 round, n_Z = 5 Ap evaluations, 1 seed")
+    q.add_argument("--methods", nargs="+", metavar="M",
+                   help="train only these runs (tables 2-3: methods, e.g. fedavg kteps; "
+                   "others: run names); finished runs of the others already in the store "
+                   "are shown, the rest print as 'not run' (default: every run)")
     q.add_argument("--no-plots", dest="plots", action="store_false",
-                   help="do not write the PNG figures")
+                   help="do not write the PNG figures (default: off, figures written)")
     q.set_defaults(out=None, ap_evals=None, data_dir=None, embeddings="glove-6b-50d")
     r = sub.add_parser(
         "probe", help="privacy probe of the word-embedding upload (Fig. 5): top-K similar "
         "words of a query in the Client, Server and Agg tables, I_ser and I_ag",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=_HelpFormatter)
     r.add_argument("--out", required=True, help="a run directory of fedjax-sc train")
     r.add_argument("--client", required=True, help="the client (FDU: its domain)")
     r.add_argument("--word", default="man", help="the query word")
@@ -100,7 +116,8 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                        "kteps_star's default: 2 and round(0.75 d), i.e. the paper's (2, 150) "
                        "of d = 200, (2, 38) for d = 50")
     u.add_argument("--no-pca-center", dest="pca_center", action="store_false",
-                   help="principal components of the uncentred rows (default: centred PCA)")
+                   help="principal components of the uncentred rows (default: off, centred "
+                   "PCA)")
     u.add_argument("--upload-noise", type=float, help="sigma of Gaussian noise added to "
                    "every uploaded leaf after compression (kteps_star default 0.01, else 0)")
     u.add_argument("--dp-clip", type=float, help="DP-SGD on the shared leaves: per-example "
@@ -150,7 +167,8 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    "text feature (0: none)")
     a = t.add_argument_group("personalisation phase, Ap (Eq. 16)")
     a.add_argument("--no-ap", dest="ap", action="store_false",
-                   help="skip the fine-tuning phase after the last round")
+                   help="skip the fine-tuning phase after the last round (default: off, "
+                   "the phase runs)")
     a.add_argument("--ap-evals", type=int, default=25, help="n_Z: evaluations")
     a.add_argument("--ap-steps", type=int, default=10,
                    help="z: fine-tuning steps between evaluations")
@@ -172,9 +190,13 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    "(default: all 16)")
     t.add_argument("--dev-holdout", action="store_true",
                    help="hold out the last 200 lines of each train file as dev")
+    t.add_argument("--allow-empty-clients", action="store_true",
+                   help="keep a client whose train or test file has no example (it trains "
+                   "nothing, or is left out of the averages and shown as n/a); by default "
+                   "such a client is refused, naming the file")
     t.add_argument("--dense-embedding", dest="local_vocab", action="store_false",
                    help="train the whole [V, d] table on every client instead of only its "
-                   "local-vocabulary rows (same result, slower)")
+                   "local-vocabulary rows (same result, slower; default: off)")
     t.add_argument("--synthetic-clients", type=int, default=4)
     t.add_argument("--synthetic-train", type=int, default=160, help="train reviews per client")
     t.add_argument("--synthetic-test", type=int, default=200, help="test reviews per client")
@@ -182,9 +204,11 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
         t.add_argument("--out", default="runs/table7", help="folder of the grid's runs")
         return
     t.add_argument("--out", default="runs/latest", help="output directory")
-    t.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    t.add_argument("--resume", action="store_true", help="continue from the last checkpoint "
+                   "(refused if the data or the vocabulary changed)")
     t.add_argument("--overwrite", action="store_true",
-                   help="replace an earlier run in --out (a folder holding config.json)")
+                   help="replace an earlier run in --out: its files are deleted once the new "
+                   "inputs are checked; a folder holding other files is refused")
 
 
 def _reproduce(args: dict) -> None:
@@ -194,6 +218,7 @@ def _reproduce(args: dict) -> None:
     from fedjax_sc.run.reproduce import FULL_SEEDS, QUICK, reproduce
     from fedjax_sc.run.train import TrainConfig
     table, quick, plots = args.pop("table"), args.pop("quick"), args.pop("plots")
+    methods = args.pop("methods")
     seeds = args.pop("seeds") or (QUICK["seeds"] if quick else FULL_SEEDS)
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
@@ -211,7 +236,8 @@ def _reproduce(args: dict) -> None:
                                     f"--data-dir or set FEDJAX_SC_FDU_DIR")
     if args["scene"] == "synthetic" and args["embeddings"] == "glove-6b-50d":
         args["embeddings"] = "random"  # the synthetic scene's words are not English
-    reproduce(table, TrainConfig(**args), out, list(range(seeds)), plots=plots)
+    reproduce(table, TrainConfig(**args), out, list(range(seeds)), plots=plots,
+              methods=methods)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,11 +262,20 @@ def main(argv: list[str] | None = None) -> int:
             from fedjax_sc.run.probe import probe
             probe(args["out"], args["client"], args["word"], bands=args["band"],
                   sigma=args["sigma"], ks=args["top_k"])
-    except (NonFiniteUpdateError, FileExistsError, FileNotFoundError, ValueError,
-            RuntimeError) as e:
+    except OSError as e:  # FileExistsError, FileNotFoundError, permissions, a full disk...
+        print(f"fedjax-sc: error: {_os_error(e)}", file=sys.stderr)
+        return 1
+    except (NonFiniteUpdateError, ValueError, RuntimeError) as e:
         print(f"fedjax-sc: error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _os_error(e: OSError) -> str:
+    """One line for an ``OSError``: the library's own message, or ``"<reason>: <path>"``."""
+    if e.strerror and e.filename is not None:
+        return f"{e.strerror}: {e.filename}" + (f" -> {e.filename2}" if e.filename2 else "")
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fedjax_sc.algorithms.base import Params
 from fedjax_sc.run.round import ClientData
@@ -75,7 +76,8 @@ def make_evaluate(scores: Scores | nn.Module, batch_size: int = 200,
 
     Returns:
       A jitted function. ``data`` must hold global vocabulary ids (``vocab_ids`` None). A
-      client with no test example gets accuracy 0. The result is a dict ``{mode: [K]}`` when
+      client with no test example gets NaN (no accuracy; :func:`mean_accuracy` leaves it out
+      of the mean, reports show it as n/a). The result is a dict ``{mode: [K]}`` when
       ``scores`` returns a dict.
 
     Raises:
@@ -102,8 +104,9 @@ def make_evaluate(scores: Scores | nn.Module, batch_size: int = 200,
             return None, per_client(p, data.tokens[idx], data.labels[idx], data.mask[idx])
 
         _, correct = jax.lax.scan(body, None, ids)
-        denom = jnp.maximum(data.counts, 1).astype(jnp.float32)
-        return jax.tree.map(lambda c: c.reshape(-1)[:k].astype(jnp.float32) / denom, correct)
+        counts = data.counts.astype(jnp.float32)
+        return jax.tree.map(lambda c: jnp.where(counts > 0, c.reshape(-1)[:k].astype(
+            jnp.float32) / jnp.maximum(counts, 1.0), jnp.nan), correct)
 
     def checked(params: Params, data: ClientData):
         if data.vocab_ids is not None:
@@ -143,9 +146,23 @@ def make_personal_evaluate(predict: Scores, batch_size: int = 200
                          stacked_params=(None, 0))
 
 
-def mean_accuracy(per_client: jax.Array) -> float:
-    """Ag = (1/K) sum_k Ag^k (Eq. 15): the unweighted mean over clients."""
-    return float(jnp.mean(per_client))
+def mean_accuracy(per_client: Any) -> float | None:
+    """Ag = (1/K) sum_k Ag^k (Eq. 15): the unweighted mean over the clients that have test
+    examples (NaN entries, clients without any, are left out); None when no client has any.
+
+    Args:
+      per_client: float ``[K]`` accuracies (NumPy or JAX), NaN where not defined.
+    """
+    values = np.asarray(per_client, dtype=np.float64)
+    values = values[~np.isnan(values)]
+    return float(values.mean()) if values.size else None
+
+
+def accuracy_list(per_client: Any, digits: int = 5) -> list[float | None]:
+    """``per_client`` as a JSON-ready list: rounded floats, None where NaN (no test
+    examples)."""
+    return [None if np.isnan(v) else round(float(v), digits)
+            for v in np.asarray(per_client, dtype=np.float64)]
 
 
 def _params_axis(stacked_params):

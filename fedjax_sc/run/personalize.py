@@ -29,7 +29,7 @@ import optax
 
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params, bind_start
-from fedjax_sc.run.evaluate import count_correct
+from fedjax_sc.run.evaluate import count_correct, mean_accuracy
 from fedjax_sc.run.round import (TABLE_PATHS, ClientData, ClientStates, ServerState, has_leaf,
                                  epoch_order, gather_rows, scatter_rows)
 
@@ -57,17 +57,20 @@ class Personalization(NamedTuple):
 
     def ap_per_client(self, mode: str) -> np.ndarray:
         """Ap^k (Eq. 16): float ``[num_clients]``, the mean of columns 1..n_Z (column 0 when
-        n_Z = 0)."""
+        n_Z = 0); NaN for a client without test examples."""
         c = np.asarray(self.curve[mode])
         return c[:, 1:].mean(axis=1) if c.shape[1] > 1 else c[:, 0]
 
-    def ap(self, mode: str) -> float:
-        """Ap = (1/K) sum_k Ap^k (Eq. 16)."""
-        return float(self.ap_per_client(mode).mean())
+    def ap(self, mode: str) -> float | None:
+        """Ap = (1/K) sum_k Ap^k (Eq. 16), over the clients that have test examples."""
+        return mean_accuracy(self.ap_per_client(mode))
 
     def ap_t(self, mode: str) -> np.ndarray:
-        """The Ap_t curve (Fig. 4): float ``[n_Z + 1]``, the mean over clients per column."""
-        return np.asarray(self.curve[mode]).mean(axis=0)
+        """The Ap_t curve (Fig. 4): float ``[n_Z + 1]``, the mean per column over the clients
+        that have test examples."""
+        c = np.asarray(self.curve[mode], dtype=np.float64)
+        has = ~np.isnan(c[:, 0])
+        return c[has].mean(axis=0) if has.any() else np.full(c.shape[1], np.nan)
 
 
 def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformation, *,
@@ -113,8 +116,9 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
             params = scatter_rows(work, full, ids, vmask, tables)
             hits = count_correct(predict, params, test_tokens, test_labels, test_mask,
                                  eval_batch_size)
-            n = jnp.maximum(jnp.sum(test_mask), 1).astype(jnp.float32)
-            return jax.tree.map(lambda c: c.astype(jnp.float32) / n, hits)
+            n = jnp.sum(test_mask).astype(jnp.float32)  # no test example: NaN, no accuracy
+            return jax.tree.map(lambda c: jnp.where(n > 0, c.astype(jnp.float32)
+                                                    / jnp.maximum(n, 1.0), jnp.nan), hits)
 
         def step(carry, t):
             work, opt_state = carry

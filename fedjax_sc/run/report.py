@@ -9,13 +9,17 @@ import numpy as np
 
 from fedjax_sc.data import scenes
 from fedjax_sc.run import personalize
+from fedjax_sc.run.evaluate import mean_accuracy
 
 
 def make_report(c: Any, scene: scenes.Scene, ag: np.ndarray | None,
             personal: dict[str, np.ndarray], ap: personalize.Personalization | None,
             mode: str) -> dict[str, Any]:
     """The end-of-run report (``report.json``): Ag^k, the personalised accuracy before
-    fine-tuning and Ap^k per client, their means, the Ap_t curve and the Ap settings.
+    fine-tuning and Ap^k per client, their means, the Ap_t curve and the Ap settings, and per
+    client the lines that were not UTF-8 and were decoded as latin-1 (``latin1_lines``). A
+    client without test examples (kept with ``allow_empty``) has None (n/a) figures and is
+    left out of the means.
 
     Args:
       c: the resolved :class:`fedjax_sc.run.train.TrainConfig`.
@@ -26,16 +30,20 @@ def make_report(c: Any, scene: scenes.Scene, ag: np.ndarray | None,
       mode: the inference mode Ap reports.
     """
     pmode = mode if mode in personal else next(iter(personal))
+    value = lambda v: None if v is None or np.isnan(v) else float(v)
     rows = []
     for k, n in enumerate(scene.client_names):
         rows.append({"client": n, "N": int(scene.train.counts[k]), "M": int(scene.test.counts[k]),
-                     "Ag": None if ag is None else float(ag[k]),
-                     "personal": float(personal[pmode][k]),
-                     "Ap": None if ap is None else float(ap.ap_per_client(mode)[k])})
+                     "Ag": None if ag is None else value(ag[k]),
+                     "personal": value(personal[pmode][k]),
+                     "Ap": None if ap is None else value(ap.ap_per_client(mode)[k]),
+                     "latin1_lines": int(scene.stats[k]["n_latin1_lines"])})
     report = {"scene": c.scene, "algorithm": c.algorithm, "rounds": c.rounds,
-              "Ag": None if ag is None else float(ag.mean()),
-              "personal": {k: float(v.mean()) for k, v in personal.items()},
-              "ap_mode": mode, "Ap": None if ap is None else ap.ap(mode), "clients": rows}
+              "Ag": None if ag is None else mean_accuracy(ag),
+              "personal": {k: mean_accuracy(v) for k, v in personal.items()},
+              "ap_mode": mode, "Ap": None if ap is None else ap.ap(mode), "clients": rows,
+              "latin1_lines": {r["client"]: r["latin1_lines"] for r in rows
+                               if r["latin1_lines"]}}
     if ap is not None:
         report["Ap_modes"] = {k: ap.ap(k) for k in sorted(ap.curve)}
         report["Ap_t"] = ap.ap_t(mode).round(5).tolist()

@@ -7,7 +7,8 @@ metrics)``:
    leaves from ``client_states`` (none for FedAvg); with ``ClientData.vocab_ids`` it works on
    the rows of its local vocabulary V^k of the word-embedding table only (paper Remark 3);
    An algorithm with a knowledge exchange (``Algorithm.knowledge``, FedKC) first extracts
-   every client's message from its start params and data; an anchored loss
+   every client's message from the downloaded shared params and its data (never from a
+   private leaf: an algorithm with both is refused); an anchored loss
    (``Algorithm.anchored``: FedProx, FedMMD, FedFusion, FedKC, ASP) sees its
    :class:`~fedjax_sc.algorithms.base.ClientStart` (start params, all messages, client index);
 2. every client runs ``local_epochs`` epochs of mini-batch training on its own examples,
@@ -360,12 +361,20 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                                  (jnp.zeros((clients.num_clients, 1), jnp.int32),) * 2)
         knowledge = ()
         if algorithm.knowledge is not None:  # exchanged before local training (FedKC)
+            if jax.tree.leaves(client_states.private):
+                # the message goes to every client: computed from the shared leaves alone,
+                # it can carry nothing derived from a private one
+                raise ValueError(
+                    f"{algorithm.name}: a knowledge exchange is computed from the shared "
+                    f"leaves only, and this algorithm has private leaves "
+                    f"{masking.leaf_paths(client_states.private)}; drop them (e.g. no FURL "
+                    f"vector) or the exchange")
             knowledge_key = jax.random.fold_in(round_key, KNOWLEDGE_STREAM)
-            knowledge = jax.vmap(lambda private, ids, tokens, labels, mask, k: (
-                algorithm.knowledge(start_params(private, ids), tokens, labels, mask,
-                                    jax.random.fold_in(knowledge_key, k))))(
-                client_states.private, vocab_ids, clients.tokens, clients.labels,
-                clients.mask, jnp.arange(clients.num_clients))
+            knowledge = jax.vmap(lambda ids, tokens, labels, mask, k: (
+                algorithm.knowledge(gather_rows(state.params, ids, shared_tables), tokens,
+                                    labels, mask, jax.random.fold_in(knowledge_key, k))))(
+                vocab_ids, clients.tokens, clients.labels, clients.mask,
+                jnp.arange(clients.num_clients))
 
         def one_client(private, ids, vmask, tokens, labels, mask, key, client):
             params, metrics = client_update(start_params(private, ids), tokens, labels, mask,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,8 +38,9 @@ from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.data import partition, scenes
 from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu, read_iyy
 from fedjax_sc.models.text_classifier import init_params
-from fedjax_sc.run import communication, configs, participation, personalize, sharding
-from fedjax_sc.run.evaluate import make_evaluate, make_personal_evaluate
+from fedjax_sc.run import communication, configs, participation, personalize, rundir, sharding
+from fedjax_sc.run.evaluate import (accuracy_list, make_evaluate, make_personal_evaluate,
+                                    mean_accuracy)
 from fedjax_sc.run.multitask import build_multitask_round
 from fedjax_sc.run.registry import ALGORITHMS, build_algorithm
 from fedjax_sc.run.report import format_table, make_report
@@ -124,11 +124,16 @@ class TrainConfig:
         expected update is the full weighted mean; Li et al. 2020, "On the convergence of
         FedAvg on non-IID data", scheme I without replacement).
       dev_holdout: hold out the last 200 lines of each ``.task.train`` (not used by the paper).
+      allow_empty_clients: keep a client whose train or test file has no example (it trains
+        nothing, or is left out of the averages and shown as n/a); False refuses it, naming
+        the file.
       local_vocab: train only each client's local-vocabulary rows (exact; paper Remark 3).
       synthetic_clients / synthetic_train / synthetic_test: synthetic scene sizes.
       out: output directory.
       resume: continue from the last checkpoint in ``out``.
-      overwrite: delete an earlier run in ``out`` first (only a folder holding a config.json).
+      overwrite: replace an earlier run in ``out``: its files are deleted once the new run's
+        inputs are checked, right before training starts; a folder holding files that a run
+        does not write is refused (:mod:`fedjax_sc.run.rundir`).
     """
 
     scene: str = "synthetic"
@@ -184,6 +189,7 @@ class TrainConfig:
     clients_per_round: int | None = None
     sampling: str = "uniform"
     dev_holdout: bool = False
+    allow_empty_clients: bool = False
     local_vocab: bool = True
     synthetic_clients: int = 4
     synthetic_train: int = 160
@@ -211,6 +217,17 @@ class TrainConfig:
             raise ValueError("--domains applies to --scene fdu only")
         if self.scene != "synthetic" and not self.data_dir:
             raise ValueError(f"--scene {self.scene} needs --data-dir")
+        if self.domains is not None:
+            repeated = sorted({d for d in self.domains if list(self.domains).count(d) > 1})
+            if repeated:
+                raise ValueError(f"--domains: {' '.join(repeated)} given more than once (each "
+                                 f"domain is one client)")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            values = value if isinstance(value, tuple) else (value,)
+            if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+                raise ValueError(f"--{f.name.replace('_', '-')} must be a finite number, got "
+                                 f"{value}")
         preset = configs.SCENE_DEFAULTS[self.scene]
         c = dataclasses.replace(self, **{k: v for k, v in preset.items()
                                          if getattr(self, k) is None})
@@ -280,17 +297,30 @@ def load_scene(c: TrainConfig) -> scenes.Scene:
                                         alpha=c.alpha, beta=c.beta, seed=c.partition_seed)
         name = f"{c.scene}-{c.partition}"
     return scenes.build_scene(name, corpora, num_classes=num_classes, max_len=c.max_len,
-                              vocab_size=c.vocab_size)
+                              vocab_size=c.vocab_size, allow_empty=c.allow_empty_clients)
+
+
+def corpus_files(c: TrainConfig) -> list[Path]:
+    """The files a resolved config's scene reads (none for the synthetic scene)."""
+    from fedjax_sc.data.corpus import IYY_FILES
+    if c.scene == "fdu":
+        return [Path(c.data_dir) / f"{d}.task.{s}" for d in c.domains or FDU_DOMAINS
+                for s in ("train", "test")]
+    if c.scene == "iyy":
+        return [Path(c.data_dir) / name for pair in IYY_FILES.values() for name in pair]
+    return []
 
 
 def _check_out_dir(out: Path, c: TrainConfig) -> None:
+    """Checks ``out`` before any work; deletes nothing (an overwritten run is removed by
+    :func:`rundir.remove_run` once the new inputs are checked)."""
     saved = out / "config.json"
     if not saved.exists():
         if c.resume:
             raise FileNotFoundError(f"--resume: no run to resume in {out} (no config.json)")
         return
     if c.overwrite:
-        shutil.rmtree(out)
+        rundir.check_replaceable(out)
         return
     if not c.resume:
         raise FileExistsError(f"{out} already holds a run; pass --resume to continue it, "
@@ -370,13 +400,6 @@ def restore_checkpoint(ckpt: ocp.CheckpointManager, step: int, state: ServerStat
             ClientStates(restored.get("private", client_states.private)))
 
 
-def _read_metrics(path: Path, upto: int) -> list[dict]:
-    if not path.exists():
-        return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r.get("phase", "round") == "round" and r["round"] <= upto]
-
-
 def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Runs federated training, then the Ap phase, as ``config`` says.
 
@@ -391,12 +414,14 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
 
     Raises:
       NonFiniteUpdateError: a client's update turned NaN/inf (names round and client).
-      FileExistsError / FileNotFoundError / ValueError: output directory or config problems.
+      FileExistsError / FileNotFoundError / ValueError: output directory, data or config
+        problems (all found before an overwritten run is deleted).
+      CheckpointError: a checkpoint could not be written (names the round).
+      OSError: the output folder cannot be written.
     """
     c = config.resolved()
     out = Path(c.out)
     _check_out_dir(out, c)
-    out.mkdir(parents=True, exist_ok=True)
 
     t0 = time.perf_counter()
     scene = load_scene(c)
@@ -404,6 +429,15 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     log(f"scene {scene.name}: {scene.num_clients} clients, V = {len(scene.vocab)}, "
         f"L = {scene.max_len}, N = {int(scene.train.counts.sum())} train / "
         f"{int(scene.test.counts.sum())} test reviews ({time.perf_counter() - t0:.1f} s)")
+    latin1 = {st["client"]: st["n_latin1_lines"] for st in scene.stats if st["n_latin1_lines"]}
+    if latin1:
+        log("lines not valid UTF-8, decoded as latin-1: "
+            + ", ".join(f"{k} {v:,}" for k, v in latin1.items()))
+    empty = [f"{n} ({'no training' if not scene.train.counts[k] else 'no test'} examples)"
+             for k, n in enumerate(names)
+             if not scene.train.counts[k] or not scene.test.counts[k]]
+    if empty:
+        log("kept by --allow-empty-clients: " + ", ".join(empty))
 
     setup = build_setup(c, scene, log)
     algorithm, state, client_states = setup.algorithm, setup.state, setup.client_states
@@ -433,6 +467,16 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     else:
         log(f"{c.algorithm} is trained centrally ({algorithm.training}): no communication")
 
+    vocab_json = scene.vocab.to_json()
+    data_print = rundir.fingerprint(corpus_files(c), vocab_json)
+    if c.resume:
+        note = rundir.check_resume_data(out, data_print, vocab_json)
+        if note:
+            log(note)
+    elif c.overwrite and (out / "config.json").exists():  # the new inputs are all checked
+        rundir.remove_run(out)
+        log(f"--overwrite: removed the earlier run in {out}")
+    out.mkdir(parents=True, exist_ok=True)
     ckpt = ocp.CheckpointManager(out.resolve() / "checkpoints",
                                  options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
     start = 0
@@ -444,10 +488,11 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
         state, client_states = restore_checkpoint(ckpt, start, state, client_states)
         log(f"resumed from {out / 'checkpoints'} at round {start}")
     metrics_path = out / "metrics.jsonl"
-    history = _read_metrics(metrics_path, start)
+    history = rundir.read_metrics(metrics_path, start, log)
     metrics_path.write_text("".join(json.dumps(r) + "\n" for r in history))
     (out / "config.json").write_text(json.dumps(dataclasses.asdict(c), indent=2))
-    (out / "vocab.json").write_text(scene.vocab.to_json())
+    (out / "vocab.json").write_text(vocab_json)
+    (out / "fingerprint.json").write_text(json.dumps(data_print, indent=2))
 
     mesh = sharding.client_mesh()
     state = sharding.put_replicated(state, mesh)
@@ -501,22 +546,21 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
         ag, personal = accuracies()
         steps = int(m.steps.sum())
         row = {"phase": "round", "round": r, "train_loss": float(np.mean(m.train_loss)),
-               "Ag": None if ag is None else float(ag.mean()),
+               "Ag": None if ag is None else mean_accuracy(ag),
                "seconds": seconds, "client_steps_per_s": steps / seconds,
                "train_loss_per_client": m.train_loss.round(5).tolist(),
-               "Ag_per_client": None if ag is None else ag.round(5).tolist(),
+               "Ag_per_client": None if ag is None else accuracy_list(ag),
                "aux": {k: float(np.mean(v)) for k, v in m.aux.items()},
                "aux_per_client": {k: v.round(5).tolist() for k, v in m.aux.items()},
                "communication": comm}
         if feed.partial:
             row["clients"] = idx.tolist()
         if personal is not None:
-            row["personal"] = {k: float(v.mean()) for k, v in personal.items()}
-            row["personal_per_client"] = personal[mode].round(5).tolist()
+            row["personal"] = {k: mean_accuracy(v) for k, v in personal.items()}
+            row["personal_per_client"] = accuracy_list(personal[mode])
         with metrics_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
-        ckpt.save(r, args=ocp.args.StandardSave(
-            _checkpoint_tree(state, ClientStates(feed.private))))
+        save_checkpoint(ckpt, r, state, ClientStates(feed.private))
         eta = (c.rounds - r) * float(np.mean(durations))
         shown = "n/a" if ag is None else f"{row['Ag']:.4f}"
         extra = "" if personal is None else f" | personal ({mode}) {row['personal'][mode]:.4f}"
@@ -537,8 +581,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
             for t in range(ap.curve[mode].shape[1]):
                 f.write(json.dumps({
                     "phase": "ap", "round": c.rounds, "t": t, "steps": t * c.ap_steps,
-                    "Ap_t": {k: float(v[:, t].mean()) for k, v in ap.curve.items()},
-                    "Ap_t_per_client": ap.curve[mode][:, t].round(5).tolist()}) + "\n")
+                    "Ap_t": {k: mean_accuracy(v[:, t]) for k, v in ap.curve.items()},
+                    "Ap_t_per_client": accuracy_list(ap.curve[mode][:, t])}) + "\n")
     if personal is None:  # no private leaves: the personalised model is the global one
         personal = {"full": ag}
 
@@ -598,6 +642,29 @@ def _personalize(c: TrainConfig, algorithm, state, client_states, train_data, te
         f"{time.perf_counter() - t0:.1f} s; Ap ({mode}) {result.ap(mode):.4f}; "
         + ", ".join(f"{k}: {result.ap(k):.4f}" for k in sorted(result.curve)))
     return result
+
+
+class CheckpointError(RuntimeError):
+    """A round's checkpoint could not be written; the rounds before it are on disk."""
+
+
+def save_checkpoint(ckpt: ocp.CheckpointManager, r: int, state: ServerState,
+                    client_states: ClientStates) -> None:
+    """Saves round ``r`` and waits until it is on disk, so that a failure is reported at the
+    round it belongs to.
+
+    Raises:
+      CheckpointError: the save failed (one line: round, folder, cause).
+    """
+    try:
+        ckpt.save(r, args=ocp.args.StandardSave(_checkpoint_tree(state, client_states)))
+        ckpt.wait_until_finished()
+    except Exception as e:  # orbax raises many types; all end the run the same way
+        cause = (str(e).strip().splitlines() or [""])[0][:200]
+        raise CheckpointError(
+            f"round {r}: saving the checkpoint to {ckpt.directory} failed ({type(e).__name__}: "
+            f"{cause}); rounds up to {r - 1} are saved: free space or fix the folder, then "
+            f"rerun with --resume") from e
 
 
 def _checkpoint_tree(state: ServerState, client_states: ClientStates) -> dict[str, Any]:

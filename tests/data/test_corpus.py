@@ -78,6 +78,13 @@ def test_blank_middle_line_raises(tmp_path):
         corpus.read_fdu_file(p)
 
 
+def test_binary_file_fails_at_its_first_bad_line_not_its_first_blank_one(tmp_path):
+    # line 1 has no tab; line 3 is blank: the first bad line is what the user must see
+    p = write(tmp_path / "x.task.train", b"\x00\x8f\xff\x01bin\n1\tok\n\n0\tmore\n")
+    with pytest.raises(ValueError, match=re.escape(f"{p}:1: no tab")):
+        corpus.read_fdu_file(p)
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.task.train"):
         corpus.read_fdu_file(tmp_path / "nope.task.train")

@@ -73,6 +73,20 @@ def test_build_scene_label_out_of_range_names_client_split():
         scenes.build_scene("toy", corp, num_classes=2, max_len=3, vocab_size=5)
 
 
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_build_scene_refuses_an_empty_split_naming_its_file_unless_allowed(split):
+    corp = small_corpora()
+    corp["b"][split] = Corpus((), np.zeros(0, np.int32), f"data/b.task.{split}", 0, 0)
+    with pytest.raises(ValueError, match=f"data/b.task.{split}: no examples .client 'b'"):
+        scenes.build_scene("toy", corp, num_classes=2, max_len=3, vocab_size=5)
+    sc = scenes.build_scene("toy", corp, num_classes=2, max_len=3, vocab_size=5,
+                            allow_empty=True)
+    assert getattr(sc, split).counts.tolist()[1] == 0
+    corp["a"][split] = Corpus((), np.zeros(0, np.int32), f"data/a.task.{split}", 0, 0)
+    with pytest.raises(ValueError, match=f"no client has any {split} example"):
+        scenes.build_scene("toy", corp, 2, 3, 5, allow_empty=True)
+
+
 def test_build_scene_inconsistent_dev():
     corp = small_corpora()
     corp["a"]["dev"] = mk(["x"], [0])
