@@ -27,10 +27,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_sc.core.round import build_round, init_states
+from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.scenes import ClientArrays
 from fedjax_sc.models.text_classifier import init_params
 from fedjax_sc.run.registry import ALGORITHMS, SINGLE_BRANCH, build_algorithm
-from fedjax_sc.run.round import build_round, client_data, init_states
 
 
 def model_flops_per_step(batch: int, length: int, d: int, h: int, mlp: int, classes: int) -> float:

@@ -37,10 +37,11 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from fedjax_sc.core import participation, sharding
+from fedjax_sc.core.round import ClientStates, build_round, init_states
+from fedjax_sc.data.client_data import host_client_data
 from fedjax_sc.models.text_classifier import init_params
-from fedjax_sc.run import participation, sharding
 from fedjax_sc.run.registry import build_algorithm
-from fedjax_sc.run.round import ClientStates, build_round, host_client_data, init_states
 
 sys.path.insert(0, str(Path(__file__).parent))
 from round_speed import synthetic_arrays  # noqa: E402  (benchmark helper beside this file)

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_sc.algorithms.base import Batch, bind_start, ClientStart
+from fedjax_sc.algorithms.base import Batch, ClientStart, bind_start
 from fedjax_sc.models.gru import gru_recurrence
 from fedjax_sc.models.text_classifier import init_params
 from fedjax_sc.run.registry import build_algorithm

@@ -9,7 +9,7 @@ Model: :class:`fedjax_sc.models.asp.ASPClassifier`. The loss of domain k's batch
 shared features S and private features P_k with unit-norm rows, rows of padding left out;
 see :func:`orthogonality`). Liu et al.'s settings: lambda_adv = 0.05, gamma = 0.01.
 
-Training is centralised multi-task (``training="multitask"``, :mod:`fedjax_sc.run.multitask`):
+Training is centralised multi-task (``training="multitask"``, :mod:`fedjax_sc.core.multitask`):
 every step takes one batch of every domain, the shared leaves get the sum of all domains'
 gradients and each domain's private leaves its own. Liu et al. take single-domain batches in
 turn; summing the domains' losses is that sequence to first order, K times more parallel, and
@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
 from fedjax_sc.algorithms.aggregate import weighted_mean
+from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
 from fedjax_sc.algorithms.losses import masked_mean
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.models.asp import ASPClassifier

@@ -3,7 +3,7 @@
 An :class:`Algorithm` is a value, not a class hierarchy: a model, a client loss, a client
 optimizer, a private-leaf rule, a chain of upload transforms, an aggregator and a server update,
 plus the two prediction functions the metrics need (the global model for Ag, the personalised
-model for Ap). :func:`fedjax_sc.run.round.make_round_step` turns it into one
+model for Ap). :func:`fedjax_sc.core.round.make_round_step` turns it into one
 ``jax.jit``-compiled function that runs every client's local epochs under ``vmap`` and the
 upload, aggregation and server update in the same program. Researchers build their own by
 replacing any field (``fedavg(model)._replace(leaf_rules=...)``).
@@ -258,7 +258,7 @@ class Algorithm(NamedTuple):
         ``"pooled"`` (FS: the clients' training sets pooled into one client, trained by the
         same round; no privacy); ``"multitask"`` (ASP: every step takes one batch of every
         client and updates the shared leaves with all their gradients and each client's
-        private leaves with its own, :mod:`fedjax_sc.run.multitask`; no privacy).
+        private leaves with its own, :mod:`fedjax_sc.core.multitask`; no privacy).
     """
 
     name: str

@@ -4,7 +4,7 @@ FedNLP, seed paper 002, Sec. 4).
 The server treats the negated weighted mean client update as a gradient, the pseudo-gradient
 ``Delta = params - aggregate``, and applies an optax optimizer to it:
 ``params <- params + server_opt.update(Delta)``. The round does this whenever
-``Algorithm.server_optimizer`` is set (:func:`fedjax_sc.run.round.build_round_parts`); the
+``Algorithm.server_optimizer`` is set (:func:`fedjax_sc.core.round.build_round_parts`); the
 optimizer's state is ``ServerState.opt_state`` and is saved in every checkpoint.
 
 * ``sgd`` with learning rate 1 is exactly FedAvg (params - 1 * Delta = aggregate);

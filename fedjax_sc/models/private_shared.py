@@ -33,8 +33,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from fedjax_sc.models.text_classifier import (MLP, PAD, BiGRU, Embedding, UserVector, seq_mean,
-                                              with_user)
+from fedjax_sc.models.text_classifier import (
+    MLP,
+    PAD,
+    BiGRU,
+    Embedding,
+    UserVector,
+    seq_mean,
+    with_user,
+)
 
 PRIVATE_FROM = ("classifier", "encoder", "embedding")
 

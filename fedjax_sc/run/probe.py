@@ -30,8 +30,9 @@ import orbax.checkpoint as ocp
 
 from fedjax_sc.algorithms.compression import EMBEDDING_TABLE
 from fedjax_sc.algorithms.kteps_star import private_upload
+from fedjax_sc.core import round as rnd
+from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.vocab import PAD, UNK
-from fedjax_sc.run import round as rnd
 from fedjax_sc.run.train import TrainConfig, build_setup, load_scene, restore_checkpoint
 
 DEFAULT_TOP_K = (10, 20, 50, 100)
@@ -116,7 +117,7 @@ def probe(out: str | Path, client: str, word: str = "man",
     state, client_states = restore_checkpoint(ckpt, step, setup.state, setup.client_states)
     if not rnd.has_leaf(state.params, TABLE_PATH):
         raise ValueError(f"{c.algorithm} keeps its word embeddings private: nothing to probe")
-    data = rnd.client_data(scene.train, local_vocab=c.local_vocab)
+    data = client_data(scene.train, local_vocab=c.local_vocab)
     ids = (np.asarray(data.vocab_ids[k_idx]) if data.vocab_ids is not None
            else np.arange(len(scene.vocab)))
     real = (np.asarray(rnd.row_masks(data)[k_idx]) if data.vocab_ids is not None

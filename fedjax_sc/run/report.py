@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from fedjax_sc.core import personalize
+from fedjax_sc.core.evaluate import mean_accuracy
 from fedjax_sc.data import scenes
-from fedjax_sc.run import personalize
-from fedjax_sc.run.evaluate import mean_accuracy
 
 
 def make_report(c: Any, scene: scenes.Scene, ag: np.ndarray | None,

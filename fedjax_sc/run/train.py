@@ -11,9 +11,9 @@ equal to the checkpoint's round) only redoes the evaluation and the Ap phase.
 
 Scale: ``partition`` re-splits the scene's pooled domains into ``num_clients`` clients
 (:mod:`fedjax_sc.data.partition`); ``clients_per_round`` samples M of them per round
-(:class:`fedjax_sc.run.participation.ClientFeed`: data and private leaves stay on the host,
+(:class:`fedjax_sc.core.participation.ClientFeed`: data and private leaves stay on the host,
 sampled rows are gathered and scattered back); the client axis of every round is sharded over
-all devices (:mod:`fedjax_sc.run.sharding`); ``server_opt`` adds a FedOpt server
+all devices (:mod:`fedjax_sc.core.sharding`); ``server_opt`` adds a FedOpt server
 (:mod:`fedjax_sc.algorithms.fedopt`).
 """
 
@@ -35,17 +35,22 @@ import orbax.checkpoint as ocp
 from fedjax_sc.algorithms import dp_sgd
 from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.optimizers import client_sgd
+from fedjax_sc.core import communication, participation, personalize, sharding
+from fedjax_sc.core.evaluate import (
+    accuracy_list,
+    make_evaluate,
+    make_personal_evaluate,
+    mean_accuracy,
+)
+from fedjax_sc.core.multitask import build_multitask_round
+from fedjax_sc.core.round import ClientStates, ServerState, build_round, init_states
 from fedjax_sc.data import partition, scenes
+from fedjax_sc.data.client_data import client_data, host_client_data
 from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu, read_iyy
 from fedjax_sc.models.text_classifier import init_params
-from fedjax_sc.run import communication, configs, participation, personalize, rundir, sharding
-from fedjax_sc.run.evaluate import (accuracy_list, make_evaluate, make_personal_evaluate,
-                                    mean_accuracy)
-from fedjax_sc.run.multitask import build_multitask_round
+from fedjax_sc.run import configs, rundir
 from fedjax_sc.run.registry import ALGORITHMS, build_algorithm
 from fedjax_sc.run.report import format_table, make_report
-from fedjax_sc.run.round import (ClientStates, ServerState, build_round, client_data,
-                                 host_client_data, init_states)
 
 SCENES = ("synthetic", "fdu", "iyy")
 EMBEDDINGS = tuple(configs.EMBED_DIM)

@@ -4,7 +4,8 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedjax_sc.algorithms.aggregate import example_weights, weighted_mean, weighted_mean_rows
 

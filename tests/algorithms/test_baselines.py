@@ -7,7 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedjax_sc.algorithms import fedkc as fedkc_lib
 from fedjax_sc.algorithms.asp import asp, orthogonality
@@ -18,13 +19,14 @@ from fedjax_sc.algorithms.fedmmd import fedmmd
 from fedjax_sc.algorithms.fedprox import fedprox, squared_distance
 from fedjax_sc.algorithms.indiv import indiv
 from fedjax_sc.algorithms.losses import mmd
+from fedjax_sc.core import communication
+from fedjax_sc.core import round as rnd
+from fedjax_sc.core.multitask import build_multitask_round
+from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.scenes import synthetic_scene
 from fedjax_sc.models.asp import ASPClassifier, gradient_reversal
 from fedjax_sc.models.fusion import FusionClassifier
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
-from fedjax_sc.run import communication
-from fedjax_sc.run import round as rnd
-from fedjax_sc.run.multitask import build_multitask_round
 
 DIMS = dict(embed_dim=8, hidden=4, mlp_hidden=6)
 
@@ -53,7 +55,7 @@ def fedavg_round(scene, model, params):
 
 
 def _run(algorithm, scene, params, rounds=1, data=None, builder=rnd.build_round):
-    data = data or rnd.client_data(scene.train, local_vocab=True)
+    data = data or client_data(scene.train, local_vocab=True)
     state, clients = rnd.init_states(algorithm, params, data.num_clients)
     step = jax.jit(builder(algorithm, batch_size=4, local_epochs=1))
     for _ in range(rounds):
@@ -150,7 +152,7 @@ def test_kmeans_assigns_points_to_their_nearest_centre_and_ignores_padding():
 
 def test_fedkc_consistency_uses_the_other_clients_only(scene, model, params):
     alg = fedkc_lib.fedkc(fedavg(model), num_clusters=2, iterations=3)
-    data = rnd.client_data(scene.train)
+    data = client_data(scene.train)
     knowledge = jax.jit(jax.vmap(lambda t, y, m, k: alg.knowledge(params, t, y, m, k)))(
         data.tokens, data.labels, data.mask, jax.random.split(jax.random.key(0), 3))
     chex.assert_shape(knowledge["centroids"], (3, 2, 2 * DIMS["hidden"]))
@@ -173,10 +175,10 @@ def test_indiv_never_communicates_and_trains_each_client_alone(scene, model, par
     alg = indiv(model, 0.1)
     state, clients, _ = _run(alg, scene, params, rounds=2)
     assert state.params == {}
-    comm = communication.account(alg, state, rnd.client_data(scene.train, local_vocab=True))
+    comm = communication.account(alg, state, client_data(scene.train, local_vocab=True))
     assert comm.upload_sent_bytes.sum() == comm.download_bytes.sum() == 0
     # client 0 trained with the others equals client 0 trained on its own
-    alone = rnd.client_data(type(scene.train)(*(np.asarray(getattr(scene.train, f))[:1] for f in
+    alone = client_data(type(scene.train)(*(np.asarray(getattr(scene.train, f))[:1] for f in
                                                 ("tokens", "labels", "mask", "counts"))),
                             local_vocab=True)
     _, solo, _ = _run(alg, scene, params, rounds=2, data=alone)
@@ -186,6 +188,7 @@ def test_indiv_never_communicates_and_trains_each_client_alone(scene, model, par
 
 def test_fs_equals_fedavg_with_one_client_holding_all_data(tmp_path):
     import dataclasses
+
     from fedjax_sc.run.train import TrainConfig, build_setup, load_scene, train
     c = TrainConfig(algorithm="fs", rounds=2, synthetic_clients=3, synthetic_train=12,
                     synthetic_test=4, max_len=8, embed_dim=8, hidden=4, mlp_hidden=6, ap=False,
@@ -194,7 +197,7 @@ def test_fs_equals_fedavg_with_one_client_holding_all_data(tmp_path):
     c = dataclasses.replace(c, algorithm="fedavg").resolved()
     scene = load_scene(c)
     setup = build_setup(c, scene, log=lambda s: None)
-    pooled = rnd.client_data(scene.train.pooled(), local_vocab=True)
+    pooled = client_data(scene.train.pooled(), local_vocab=True)
     assert pooled.num_clients == 1 and int(pooled.counts[0]) == int(scene.train.counts.sum())
     step = jax.jit(rnd.build_round(setup.algorithm, batch_size=4, local_epochs=1))
     state, clients = setup.state, rnd.ClientStates({})
@@ -209,7 +212,7 @@ def test_multitask_round_with_one_client_equals_the_federated_round(scene):
     params = init_params(model, jax.random.key(0))
     one = type(scene.train)(*(np.asarray(getattr(scene.train, f))[1:2] for f in
                               ("tokens", "labels", "mask", "counts")))
-    data = rnd.client_data(one)
+    data = client_data(one)
     central, c_clients, c_metrics = _run(alg, scene, params, rounds=2, data=data,
                                          builder=build_multitask_round)
     federated, f_clients, _ = _run(alg._replace(training="federated"), scene, params,
@@ -227,7 +230,7 @@ def test_multitask_round_leaves_a_client_without_data_unchanged(scene):
     mask[2] = False
     counts = np.asarray(arrays.counts).copy()
     counts[2] = 0
-    data = rnd.client_data(type(arrays)(arrays.tokens, arrays.labels, mask, counts))
+    data = client_data(type(arrays)(arrays.tokens, arrays.labels, mask, counts))
     params = init_params(model, jax.random.key(0))
     state, clients, metrics = _run(alg, scene, params, data=data,
                                    builder=build_multitask_round)
@@ -237,7 +240,7 @@ def test_multitask_round_leaves_a_client_without_data_unchanged(scene):
     assert int(metrics.steps[2]) == 0 and int(metrics.steps[0]) > 0
     with pytest.raises(ValueError, match="global vocabulary ids"):
         build_multitask_round(alg, batch_size=4, local_epochs=1)(
-            state, clients, rnd.client_data(arrays, local_vocab=True), jax.random.key(0))
+            state, clients, client_data(arrays, local_vocab=True), jax.random.key(0))
 
 
 def test_fedkc_exchange_never_sees_a_private_leaf(scene, params):
@@ -254,6 +257,6 @@ def test_fedkc_exchange_never_sees_a_private_leaf(scene, params):
     plain = fedkc_lib.fedkc(fedavg(TextClassifier(vocab_size=len(scene.vocab), **DIMS)), 2, 1)
     spy = plain._replace(knowledge=lambda p, *a: (seen.append(p), plain.knowledge(p, *a))[1])
     jax.eval_shape(rnd.build_round(spy, batch_size=4, local_epochs=1),
-                   *rnd.init_states(spy, params, 3), rnd.client_data(scene.train),
+                   *rnd.init_states(spy, params, 3), client_data(scene.train),
                    jax.random.key(0))
     assert seen and jax.tree.structure(seen[0]) == jax.tree.structure(params)

@@ -5,11 +5,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedjax_sc.algorithms.base import UploadContext, chain
-from fedjax_sc.algorithms.compression import (Compressed, energy_kept, pca_compress,
-                                              principal_components)
+from fedjax_sc.algorithms.compression import (
+    Compressed,
+    energy_kept,
+    pca_compress,
+    principal_components,
+)
 from fedjax_sc.algorithms.noise import gaussian_noise
 
 KEY = jax.random.key(0)

@@ -11,9 +11,10 @@ import pytest
 
 from fedjax_sc.algorithms import fedopt
 from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.core import round as rnd
+from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.scenes import synthetic_scene
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
-from fedjax_sc.run import round as rnd
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def _aggregate(algorithm, params, uploads, data):
 @pytest.mark.parametrize("name", fedopt.SERVER_OPTIMIZERS)
 def test_zero_pseudo_gradient_leaves_the_model_unchanged(setup, name):
     scene, model, params = setup
-    data = rnd.client_data(scene.train)
+    data = client_data(scene.train)
     uploads = jax.tree.map(lambda x: jnp.stack([x] * 3), params)
     new = _aggregate(fedopt.fedopt(fedavg(model), name), params, uploads, data)
     # optax's yogi starts its first moment at 1e-6 (not 0): a step of ~1e-5 on a zero gradient
@@ -44,7 +45,7 @@ def test_zero_pseudo_gradient_leaves_the_model_unchanged(setup, name):
 
 def test_sgd_one_aggregate_is_the_fedavg_aggregate(setup):
     scene, model, params = setup
-    data = rnd.client_data(scene.train)
+    data = client_data(scene.train)
     keys = jax.random.split(jax.random.key(3), 3)
     uploads = jax.tree.map(lambda x: jnp.stack([x + jax.random.normal(k, x.shape)
                                                 for k in keys]), params)
@@ -58,7 +59,7 @@ def test_sgd_one_aggregate_is_the_fedavg_aggregate(setup):
 
 def test_sgd_one_round_equals_fedavg_round_and_adam_differs(setup):
     scene, model, params = setup
-    data = rnd.client_data(scene.train, local_vocab=True)
+    data = client_data(scene.train, local_vocab=True)
     out = {}
     for name, alg in (("fedavg", fedavg(model, 0.1)),
                       ("sgd", fedopt.fedopt(fedavg(model, 0.1), "sgd")),

@@ -1,7 +1,8 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedjax_sc.algorithms import losses
 from fedjax_sc.algorithms.base import Batch

@@ -5,7 +5,8 @@ import functools
 import chex
 import jax
 import jax.numpy as jnp
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedjax_sc.models.gru import gru_recurrence
 

@@ -7,8 +7,11 @@ import pytest
 
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.kteps import RULES
-from fedjax_sc.models.private_shared import (PRIVATE_FROM, PrivateSharedClassifier,
-                                             mode_probabilities)
+from fedjax_sc.models.private_shared import (
+    PRIVATE_FROM,
+    PrivateSharedClassifier,
+    mode_probabilities,
+)
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
 
 TOKENS = jnp.array([[3, 4, 5, 0], [6, 0, 0, 0], [7, 8, 9, 2]])

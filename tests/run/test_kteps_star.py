@@ -12,11 +12,13 @@ from fedjax_sc.algorithms.compression import Compressed
 from fedjax_sc.algorithms.kteps import kteps
 from fedjax_sc.algorithms.kteps_star import default_band, kteps_star
 from fedjax_sc.algorithms.masking import leaf_paths
+from fedjax_sc.core import communication
+from fedjax_sc.core import round as rnd
+from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.scenes import synthetic_scene
 from fedjax_sc.models.private_shared import PrivateSharedClassifier
 from fedjax_sc.models.text_classifier import init_params
-from fedjax_sc.run import cli, communication
-from fedjax_sc.run import round as rnd
+from fedjax_sc.run import cli
 from fedjax_sc.run.train import TrainConfig, train
 
 D = 6
@@ -38,7 +40,7 @@ def _run(alg, model, scene, rounds=2):
     state, clients = rnd.init_states(alg, init_params(model, jax.random.key(0)),
                                      scene.num_clients)
     step = rnd.make_round_step(alg, batch_size=4, local_epochs=1)
-    data = rnd.client_data(scene.train, local_vocab=True)
+    data = client_data(scene.train, local_vocab=True)
     for _ in range(rounds):
         state, clients, metrics = step(state, clients, data, jax.random.key(1))
     return state, clients, metrics
@@ -57,7 +59,7 @@ def test_compressed_round_keeps_rows_outside_every_local_vocabulary(scene, model
     alg = kteps_star(model, d1=2, d2=4, sigma=0.01, learning_rate=0.1)
     before = rnd.init_states(alg, init_params(model, jax.random.key(0)), scene.num_clients)[0]
     state, _, metrics = _run(alg, model, scene, rounds=1)
-    data = rnd.client_data(scene.train, local_vocab=True)
+    data = client_data(scene.train, local_vocab=True)
     used = np.zeros(len(scene.vocab), bool)
     used[np.asarray(data.vocab_ids)[np.asarray(rnd.row_masks(data))]] = True
     table, old = (np.asarray(s.params["embedding"]["embedding"]) for s in (state, before))
@@ -72,7 +74,7 @@ def test_the_message_holds_no_private_leaf_and_a_compressed_table(scene, model):
     state, clients = rnd.init_states(alg, init_params(model, jax.random.key(0)),
                                      scene.num_clients)
     parts = rnd.build_round_parts(alg, batch_size=4, local_epochs=1)
-    data = rnd.client_data(scene.train, local_vocab=True)
+    data = client_data(scene.train, local_vocab=True)
     messages, _ = jax.eval_shape(lambda: parts.encode(state, parts.local_training(
         state, clients, data, jax.random.key(1))[0], data, jax.random.key(1)))
     paths = leaf_paths(jax.tree.map(lambda x: x, messages, is_leaf=lambda x: isinstance(
@@ -84,7 +86,7 @@ def test_the_message_holds_no_private_leaf_and_a_compressed_table(scene, model):
 def test_communication_counts_follow_the_formula(scene, model):
     alg = kteps_star(model, d1=2, d2=4, learning_rate=0.1)
     state, _ = rnd.init_states(alg, init_params(model, jax.random.key(0)), scene.num_clients)
-    data = rnd.client_data(scene.train, local_vocab=True)
+    data = client_data(scene.train, local_vocab=True)
     comm = communication.account(alg, state, data)
     rows = np.asarray(rnd.row_masks(data)).sum(1)
     table = state.params["embedding"]["embedding"]
@@ -94,7 +96,7 @@ def test_communication_counts_follow_the_formula(scene, model):
     np.testing.assert_array_equal(comm.upload_sent_bytes, 4 * comm.upload_sent_floats)
     np.testing.assert_array_equal(comm.download_floats, comm.upload_dense_floats)
     np.testing.assert_array_equal(comm.row_id_bytes, 4 * rows)
-    dense = communication.account(kteps(model), state, rnd.client_data(scene.train))
+    dense = communication.account(kteps(model), state, client_data(scene.train))
     np.testing.assert_array_equal(dense.upload_sent_floats,
                                   table.size + others)
 

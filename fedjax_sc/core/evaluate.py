@@ -1,5 +1,5 @@
 """Accuracy of many clients at once: Ag^k and Ag (Li et al. 2021, Sec. 5.3, Eq. 14-15) and the
-personalised accuracies Ap uses (Eq. 16, :mod:`fedjax_sc.run.personalize`).
+personalised accuracies Ap uses (Eq. 16, :mod:`fedjax_sc.core.personalize`).
 
 Ag^k is the accuracy of the global (aggregated) model on client k's test set and Ag the
 unweighted mean over clients. Evaluation of all clients is one jitted program: ``vmap`` over
@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sc.algorithms.base import Params
-from fedjax_sc.run.round import ClientData
+from fedjax_sc.data.client_data import ClientData
 
 Scores = Callable[[Params, jax.Array], Any]
 """``scores(params, tokens [batch, len]) -> [batch, C]`` array, or ``{mode: [batch, C]}``

@@ -131,7 +131,7 @@ class ClientFeed:
 
     def __init__(self, data, private, mesh, num_sampled: int | None = None,
                  sampling: str = "uniform", seed: int = 0):
-        from fedjax_sc.run import sharding  # placement only
+        from fedjax_sc.core import sharding  # placement only
 
         self._put = lambda tree: sharding.put_clients(tree, mesh)
         self.devices = mesh.size

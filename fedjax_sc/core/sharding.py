@@ -1,14 +1,14 @@
 """The client axis sharded over devices with ``jax.sharding`` (one code path for 1 or many).
 
 A 1-D :class:`jax.sharding.Mesh` with the axis ``"clients"`` spans the devices. Every array
-with a leading client axis (the round's :class:`~fedjax_sc.run.round.ClientData`, the clients'
+with a leading client axis (the round's :class:`~fedjax_sc.core.round.ClientData`, the clients'
 private leaves) is placed with ``NamedSharding(mesh, P("clients"))``: each device holds
 ``K / num_devices`` clients. The server state is replicated (``P()``). The compiled round is
 the same function as on one device: under ``jax.jit`` the ``vmap`` over clients becomes
 per-device work on the local clients (XLA's SPMD partitioner), and the weighted mean over the
 client axis becomes an all-reduce. Nothing in the algorithms knows about devices.
 
-K must be a multiple of the number of devices; :func:`fedjax_sc.run.participation.pad_clients`
+K must be a multiple of the number of devices; :func:`fedjax_sc.core.participation.pad_clients`
 adds inert padding clients (no examples, zero weight) where it is not.
 
 Multi-host (several processes, e.g. TPU pods or several GPU hosts): call
@@ -25,7 +25,8 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 CLIENTS = "clients"
 

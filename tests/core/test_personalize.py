@@ -5,11 +5,12 @@ import numpy as np
 import pytest
 
 from fedjax_sc.algorithms.optimizers import client_sgd
+from fedjax_sc.core import round as rnd
+from fedjax_sc.core.evaluate import make_personal_evaluate
+from fedjax_sc.core.personalize import Personalization, make_personalize
+from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.scenes import synthetic_scene
 from fedjax_sc.models.text_classifier import init_params
-from fedjax_sc.run import round as rnd
-from fedjax_sc.run.evaluate import make_personal_evaluate
-from fedjax_sc.run.personalize import Personalization, make_personalize
 from fedjax_sc.run.registry import build_algorithm
 
 
@@ -21,18 +22,18 @@ def setting():
                           hidden=3, mlp_hidden=4, learning_rate=0.2)
     state, clients = rnd.init_states(alg, init_params(alg.model, jax.random.key(1)), 3)
     state, clients, _ = rnd.make_round_step(alg, batch_size=4, local_epochs=1)(
-        state, clients, rnd.client_data(scene.train, local_vocab=True), jax.random.key(2))
+        state, clients, client_data(scene.train, local_vocab=True), jax.random.key(2))
     return scene, alg, state, clients
 
 
 def test_zero_fine_tuning_steps_give_the_personalised_accuracy(setting):
     scene, alg, state, clients = setting
-    test = rnd.client_data(scene.test)
+    test = client_data(scene.test)
     before = make_personal_evaluate(alg.predict, batch_size=4)((state.params, clients.private),
                                                                test)
     run = make_personalize(alg, client_sgd(0.01), batch_size=4, num_evals=3, steps_per_eval=0,
                            eval_batch_size=5)
-    result = run(state, clients, rnd.client_data(scene.train, local_vocab=True), test,
+    result = run(state, clients, client_data(scene.train, local_vocab=True), test,
                  jax.random.key(0))
     assert set(result.curve) == {"s", "p", "sp"}
     for mode, acc in before.items():
@@ -45,13 +46,13 @@ def test_zero_fine_tuning_steps_give_the_personalised_accuracy(setting):
 def test_fine_tuning_on_local_rows_equals_dense_and_moves_the_accuracy(setting):
     scene, alg, state, clients = setting
     run = make_personalize(alg, client_sgd(0.5), batch_size=4, num_evals=2, steps_per_eval=3)
-    test = rnd.client_data(scene.test)
-    curves = [run(state, clients, rnd.client_data(scene.train, local_vocab=local), test,
+    test = client_data(scene.test)
+    curves = [run(state, clients, client_data(scene.train, local_vocab=local), test,
                   jax.random.key(0)).curve for local in (False, True)]
     for mode in curves[0]:
         np.testing.assert_allclose(curves[0][mode], curves[1][mode], atol=1e-6)
     with pytest.raises(ValueError, match="global vocabulary"):
-        run(state, clients, rnd.client_data(scene.train), rnd.client_data(scene.test, True),
+        run(state, clients, client_data(scene.train), client_data(scene.test, True),
             jax.random.key(0))
 
 

@@ -7,21 +7,21 @@ import subprocess
 import sys
 import textwrap
 
-
 CHILD = textwrap.dedent("""
     import jax, numpy as np
     assert len(jax.devices()) == 8, jax.devices()
     from fedjax_sc.algorithms.fedper import fedper
     from fedjax_sc.data.scenes import synthetic_scene
     from fedjax_sc.models.text_classifier import TextClassifier, init_params
-    from fedjax_sc.run import participation, round as rnd, sharding
-    from fedjax_sc.run.round import ClientStates
+    from fedjax_sc.core import participation, round as rnd, sharding
+    from fedjax_sc.data.client_data import host_client_data
+    from fedjax_sc.core.round import ClientStates
 
     scene = synthetic_scene(num_clients=6, train_per_client=12, test_per_client=2, max_len=8,
                             seed=2)
     model = TextClassifier(vocab_size=len(scene.vocab), embed_dim=6, hidden=4, mlp_hidden=4)
     alg = fedper(model, 0.1)
-    host = rnd.host_client_data(scene.train, local_vocab=True)
+    host = host_client_data(scene.train, local_vocab=True)
     step = rnd.make_round_step(alg, batch_size=4, local_epochs=1)
     out = {}
     for name, devices in (("one", jax.devices()[:1]), ("eight", jax.devices())):

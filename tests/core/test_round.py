@@ -7,12 +7,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.core import round as rnd
+from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.scenes import synthetic_scene
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
-from fedjax_sc.run import round as rnd
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,7 @@ def test_round_compiles_once_and_counts_rounds(scene, model):
     fn = chex.assert_max_traces(rnd.build_round(fedavg(model, 0.05), batch_size=4,
                                                 local_epochs=2), n=1)
     step = jax.jit(fn)
-    data = rnd.client_data(scene.train, local_vocab=True)
+    data = client_data(scene.train, local_vocab=True)
     state, clients = _states(model, scene)
     for r in range(3):
         state, clients, metrics = step(state, clients, data, jax.random.key(1))
@@ -70,7 +72,7 @@ def test_round_compiles_once_and_counts_rounds(scene, model):
 def test_zero_learning_rate_leaves_params_unchanged(scene, model, local_vocab):
     step = rnd.make_round_step(fedavg(model, 0.0), batch_size=4, local_epochs=1)
     state, clients = _states(model, scene)
-    new, _, _ = step(state, clients, rnd.client_data(scene.train, local_vocab),
+    new, _, _ = step(state, clients, client_data(scene.train, local_vocab),
                      jax.random.key(1))
     chex.assert_trees_all_close(new.params, state.params, atol=1e-7)
 
@@ -79,8 +81,8 @@ def test_local_vocabulary_training_equals_dense_training(scene, model, fedavg_st
     step = fedavg_step_e2
     dense = sparse = _states(model, scene)
     for _ in range(2):
-        dense = step(*dense, rnd.client_data(scene.train, False), jax.random.key(2))[:2]
-        sparse = step(*sparse, rnd.client_data(scene.train, True), jax.random.key(2))[:2]
+        dense = step(*dense, client_data(scene.train, False), jax.random.key(2))[:2]
+        sparse = step(*sparse, client_data(scene.train, True), jax.random.key(2))[:2]
     chex.assert_trees_all_close(dense[0].params, sparse[0].params, atol=2e-6)
 
 
@@ -101,7 +103,7 @@ def test_padded_client_trains_exactly_as_alone(scene, model):
 
 
 def test_identical_clients_aggregate_to_their_common_update(scene, model, fedavg_step):
-    one = jax.tree.map(lambda a: a[:1], rnd.client_data(scene.train))
+    one = jax.tree.map(lambda a: a[:1], client_data(scene.train))
     same = jax.tree.map(lambda a: jnp.concatenate([a, a, a]), one)
     alg = fedavg(model, 0.1)
     state = _state(model)
@@ -146,7 +148,7 @@ def test_private_leaves_stay_on_clients_persist_and_differ(scene, model):
     assert "classifier" not in state.params  # the server never holds a private leaf
     chex.assert_tree_shape_prefix(clients.private, (scene.num_clients,))
     step = rnd.make_round_step(alg, batch_size=4, local_epochs=1)
-    data = rnd.client_data(scene.train, local_vocab=True)
+    data = client_data(scene.train, local_vocab=True)
     new, new_clients, _ = step(state, clients, data, jax.random.key(4))
     assert set(new.params) == {"embedding", "encoder"}
     kernels = np.asarray(new_clients.private["classifier"]["output"]["kernel"])
@@ -158,7 +160,7 @@ def test_private_leaves_stay_on_clients_persist_and_differ(scene, model):
     k = 1
     mine = jax.tree.map(lambda x: x[k], new_clients.private)
     round_key = jax.random.fold_in(jax.random.key(4), 1)
-    full = rnd.client_data(scene.train)
+    full = client_data(scene.train)
     expected, _ = update(merge(new.params, mine), full.tokens[k], full.labels[k], full.mask[k],
                          jax.random.fold_in(round_key, k))
     chex.assert_trees_all_close(jax.tree.map(lambda x: x[k], again_clients.private),
@@ -167,7 +169,7 @@ def test_private_leaves_stay_on_clients_persist_and_differ(scene, model):
 
 def test_all_shared_rules_equal_fedavg(scene, model, fedavg_step):
     ruled = fedavg(model, 0.1)._replace(leaf_rules={"shared": r"."})
-    data = rnd.client_data(scene.train, local_vocab=True)
+    data = client_data(scene.train, local_vocab=True)
     outs = []
     for step, alg in ((fedavg_step, None),
                       (rnd.make_round_step(ruled, batch_size=4, local_epochs=1), ruled)):
@@ -183,7 +185,7 @@ def test_private_embedding_table_with_local_vocabulary_equals_dense(scene, model
         state, clients = _states(model, scene, alg)
         step = rnd.make_round_step(alg, batch_size=4, local_epochs=1)
         for _ in range(2):
-            state, clients, _ = step(state, clients, rnd.client_data(scene.train, local),
+            state, clients, _ = step(state, clients, client_data(scene.train, local),
                                      jax.random.key(7))
         results.append((state.params, clients.private))
     assert set(results[0][0]) == {"classifier"}
@@ -194,14 +196,15 @@ def test_fedavg_round_equals_a_plain_reference_loop(scene, model, fedavg_step_e2
     """FedAvg as composable pieces gives the numbers of the textbook algorithm: each client
     runs SGD + momentum over its shuffled batches, the server takes the N^k/N mean."""
     import optax
-    from fedjax_sc.algorithms.losses import cross_entropy
+
     from fedjax_sc.algorithms.base import Batch
+    from fedjax_sc.algorithms.losses import cross_entropy
     lr, batch, epochs, seed = 0.1, 4, 2, 11  # those of fedavg_step_e2
     params = init_params(model, jax.random.key(0))
     alg = fedavg(model, lr)
     state, clients = rnd.init_states(alg, params, scene.num_clients)
     new, _, _ = fedavg_step_e2(
-        state, clients, rnd.client_data(scene.train, local_vocab=True), jax.random.key(seed))
+        state, clients, client_data(scene.train, local_vocab=True), jax.random.key(seed))
     loss = jax.jit(jax.grad(lambda p, b: cross_entropy(model)(p, b, None)[0]))
     opt = optax.sgd(lr, momentum=0.9)
 
@@ -244,14 +247,14 @@ def test_upload_message_never_holds_a_private_leaf(scene, model):
     alg = fedavg(model, 0.1)._replace(leaf_rules=FEDPER_RULES, upload=recorder)
     state, clients = _states(model, scene, alg)
     rnd.make_round_step(alg, batch_size=4, local_epochs=1)(
-        state, clients, rnd.client_data(scene.train, local_vocab=True), jax.random.key(2))
+        state, clients, client_data(scene.train, local_vocab=True), jax.random.key(2))
     assert seen and all(not p.startswith("classifier/") for paths in seen for p in paths)
     assert any(p.startswith("encoder/") for p in seen[-1])
 
 
 def test_server_sgd_with_unit_step_equals_taking_the_aggregate(scene, model, fedavg_step):
     import optax
-    data = rnd.client_data(scene.train, local_vocab=True)
+    data = client_data(scene.train, local_vocab=True)
     outs = []
     for server in (None, optax.sgd(1.0)):  # no server optimizer: the shared FedAvg round
         alg = fedavg(model, 0.1)._replace(server_optimizer=server)
@@ -278,7 +281,7 @@ def test_every_algorithm_compiles_once_and_keeps_private_leaves_per_client(scene
                                      scene.num_clients)
     step = jax.jit(chex.assert_max_traces(rnd.build_round(alg, batch_size=4, local_epochs=1),
                                           n=1))
-    data = rnd.client_data(scene.train, local_vocab=True)
+    data = client_data(scene.train, local_vocab=True)
     for _ in range(2):
         state, clients, metrics = step(state, clients, data, jax.random.key(5))
     assert step._cache_size() == 1

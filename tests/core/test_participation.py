@@ -8,9 +8,10 @@ import chex
 import jax
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fedjax_sc.run import participation as pt
+from fedjax_sc.core import participation as pt
 from fedjax_sc.run.train import TrainConfig, train
 
 

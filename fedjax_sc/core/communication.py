@@ -27,7 +27,8 @@ from flax import traverse_util
 
 from fedjax_sc.algorithms.base import Algorithm, UploadContext
 from fedjax_sc.algorithms.compression import Compressed
-from fedjax_sc.run.round import TABLE_PATHS, ClientData, ServerState, get_leaf, row_masks
+from fedjax_sc.core.round import TABLE_PATHS, ServerState, get_leaf, row_masks
+from fedjax_sc.data.client_data import ClientData
 
 
 class Communication(NamedTuple):

@@ -3,10 +3,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fedjax_sc.core.evaluate import make_evaluate, mean_accuracy
+from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.scenes import synthetic_scene
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
-from fedjax_sc.run.evaluate import make_evaluate, mean_accuracy
-from fedjax_sc.run.round import client_data
 
 
 def test_accuracy_per_client_matches_numpy_for_global_and_stacked_params():

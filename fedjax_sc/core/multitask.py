@@ -5,7 +5,7 @@
 and states, so training, checkpoints, Ag/Ap evaluation and reports are shared: the "round" is
 ``local_epochs`` epochs of synchronous multi-task SGD. Each step takes batch j of every client
 (each client's data reshuffled per epoch with the same schedule as the round,
-:func:`fedjax_sc.run.round.epoch_schedule`), evaluates every client's loss under ``vmap`` with
+:func:`fedjax_sc.core.round.epoch_schedule`), evaluates every client's loss under ``vmap`` with
 the shared leaves and that client's private leaves, and applies one optimizer step to the
 shared leaves with the sum of the clients' gradients and one to each client's private leaves
 with its own gradient (kept unchanged on a client's padded steps). The optimizer states are
@@ -22,14 +22,20 @@ import optax
 
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, bind_start
-from fedjax_sc.run.round import (ClientData, ClientStates, RoundMetrics, ServerState,
-                                 check_algorithm, epoch_schedule)
+from fedjax_sc.core.round import (
+    ClientStates,
+    RoundMetrics,
+    ServerState,
+    check_algorithm,
+    epoch_schedule,
+)
+from fedjax_sc.data.client_data import ClientData
 
 
 def build_multitask_round(algorithm: Algorithm, *, batch_size: int,
                           local_epochs: int) -> Callable:
     """The un-jitted multi-task round (same signature and returns as
-    :func:`fedjax_sc.run.round.build_round`).
+    :func:`fedjax_sc.core.round.build_round`).
 
     Raises:
       ValueError: batch_size or local_epochs < 1, inconsistent algorithm fields, or (at call

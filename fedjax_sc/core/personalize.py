@@ -14,7 +14,7 @@ All clients fine-tune at once under ``vmap``; the steps are a ``lax.scan``, eval
 inside the same compiled program. Step t of a client uses batch ``t mod nb`` of epoch
 ``t div nb`` (nb = the client's number of batches), so every step is a real one; with
 local-vocabulary client data only the word-embedding rows of V^k are trained (exact, as in
-:mod:`fedjax_sc.run.round`) and are written into the full tables for each evaluation.
+:mod:`fedjax_sc.core.round`) and are written into the full tables for each evaluation.
 """
 
 from __future__ import annotations
@@ -29,9 +29,17 @@ import optax
 
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params, bind_start
-from fedjax_sc.run.evaluate import count_correct, mean_accuracy
-from fedjax_sc.run.round import (TABLE_PATHS, ClientData, ClientStates, ServerState, has_leaf,
-                                 epoch_order, gather_rows, scatter_rows)
+from fedjax_sc.core.evaluate import count_correct, mean_accuracy
+from fedjax_sc.core.round import (
+    TABLE_PATHS,
+    ClientStates,
+    ServerState,
+    epoch_order,
+    gather_rows,
+    has_leaf,
+    scatter_rows,
+)
+from fedjax_sc.data.client_data import ClientData
 
 DEFAULT_NUM_EVALS = 25
 """n_Z (paper Fig. 4: 25 personalisation steps are plotted)."""

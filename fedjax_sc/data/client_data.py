@@ -1,0 +1,79 @@
+"""A split of a scene as the round's input: every client's examples stacked on a leading client
+axis (:class:`ClientData`), as host arrays or on a device, optionally with each client's token
+ids remapped to its local vocabulary V^k (Li et al. 2021, Remark 3)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_sc.data.scenes import local_vocabularies
+
+
+class ClientData(NamedTuple):
+    """All clients' examples of one split, stacked on a leading client axis (device arrays).
+
+    Attributes:
+      tokens: int32 ``[num_clients, max_examples, len]``. Global vocabulary ids, or -- when
+        ``vocab_ids`` is given -- ids into the client's local vocabulary ``vocab_ids[k]``.
+      labels: int32 ``[num_clients, max_examples]``.
+      mask: bool ``[num_clients, max_examples]``, True on real examples.
+      counts: int32 ``[num_clients]``, N^k.
+      vocab_ids: optional int32 ``[num_clients, R]``: client k's local vocabulary V^k as global
+        row ids (PAD and UNK first, padded with PAD).
+      vocab_mask: optional bool ``[num_clients, R]``, False on the padding of ``vocab_ids``.
+      weights: optional float32 ``[num_clients]``, unnormalised aggregation weights; None:
+        N^k (FedAvg). Size-proportional client sampling passes 1 per sampled client, and a
+        padding client (added to fill a device mesh) 0.
+    """
+
+    tokens: jax.Array
+    labels: jax.Array
+    mask: jax.Array
+    counts: jax.Array
+    vocab_ids: jax.Array | None = None
+    vocab_mask: jax.Array | None = None
+    weights: jax.Array | None = None
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+def client_data(arrays: Any, local_vocab: bool = False) -> ClientData:
+    """Moves one split of a scene (``fedjax_sc.data.scenes.ClientArrays``) to the (default)
+    device: :func:`host_client_data`, then ``jnp.asarray`` (:mod:`fedjax_sc.core.sharding`
+    places it over a device mesh instead)."""
+    return jax.tree.map(jnp.asarray, host_client_data(arrays, local_vocab))
+
+
+def host_client_data(arrays: Any, local_vocab: bool = False) -> ClientData:
+    """One split of a scene as a :class:`ClientData` of host (numpy) arrays.
+
+    Args:
+      arrays: object with numpy ``tokens``, ``labels``, ``mask``, ``counts`` as in ClientArrays.
+      local_vocab: if True, remap each client's token ids to its local vocabulary (paper
+        Remark 3) so that it trains only its ``R = max_k |V^k|`` rows instead of all V rows.
+
+    Returns:
+      The :class:`ClientData` (numpy leaves; ``weights`` None).
+
+    Raises:
+      ValueError: a token id missing from its client's local vocabulary (internal check).
+    """
+    tokens = np.asarray(arrays.tokens)
+    vocab_ids = vocab_mask = None
+    if local_vocab:
+        ids, vmask = local_vocabularies(arrays)
+        local = np.empty_like(tokens)
+        for k in range(tokens.shape[0]):
+            real = ids[k][vmask[k]]
+            local[k] = np.searchsorted(real, tokens[k])
+            if not np.array_equal(real[local[k]], tokens[k]):
+                raise ValueError(f"client {k}: a token id is missing from its local vocabulary")
+        tokens, vocab_ids, vocab_mask = local, ids, vmask
+    return ClientData(tokens, np.asarray(arrays.labels), np.asarray(arrays.mask),
+                      np.asarray(arrays.counts), vocab_ids, vocab_mask)
