@@ -5,10 +5,11 @@
 and states, so training, checkpoints, Ag/Ap evaluation and reports are shared: the "round" is
 ``local_epochs`` epochs of synchronous multi-task SGD. Each step takes batch j of every client
 (each client's data reshuffled per epoch with the same schedule as the round,
-:func:`fedjax_sc.core.round.epoch_schedule`), evaluates every client's loss under ``vmap`` with
+:func:`fedjax_sc.core.local.epoch_schedule`), evaluates every client's loss under ``vmap`` with
 the shared leaves and that client's private leaves, and applies one optimizer step to the
 shared leaves with the sum of the clients' gradients and one to each client's private leaves
-with its own gradient (kept unchanged on a client's padded steps). The optimizer states are
+with its own gradient (kept unchanged on a client's padded steps) -- the masked step scan of
+:func:`fedjax_sc.core.local.local_steps` with one mask for the shared leaves and one per client. The optimizer states are
 fresh each round, as the round's. There is no upload: this baseline has no privacy.
 """
 
@@ -22,12 +23,12 @@ import optax
 
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, bind_start
+from fedjax_sc.core.local import epoch_schedule, local_steps
 from fedjax_sc.core.round import (
     ClientStates,
     RoundMetrics,
     ServerState,
     check_algorithm,
-    epoch_schedule,
 )
 from fedjax_sc.data.client_data import ClientData
 
@@ -76,34 +77,22 @@ def build_multitask_round(algorithm: Algorithm, *, batch_size: int,
                 e, j, keys, clients_axis)
             return jnp.sum(losses), (losses, aux)
 
-        def step(carry, inputs):
-            (shared, private), (shared_opt, private_opt) = carry
+        def step(both, inputs):
             i, m, e, j = inputs
-            (_, (losses, aux)), (g_shared, g_private) = jax.value_and_grad(
-                total, has_aux=True)((shared, private), i, m, e, j)
-            updates, new_shared_opt = opt.update(g_shared, shared_opt, shared)
-            real = jnp.any(m, axis=1)  # [K]
-            # a step where every client is padded is a no-op (momentum must not move them)
-            keep = lambda new, old: jnp.where(jnp.any(real), new, old)
-            shared, shared_opt = (jax.tree.map(keep, optax.apply_updates(shared, updates),
-                                               shared),
-                                  jax.tree.map(keep, new_shared_opt, shared_opt))
+            (_, (losses, aux)), grads = jax.value_and_grad(total, has_aux=True)(
+                both, i, m, e, j)
+            return (losses, aux), grads
 
-            def private_step(p, g, o, r):
-                u, new_o = opt.update(g, o, p)
-                keep = lambda new, old: jnp.where(r, new, old)
-                return (jax.tree.map(keep, optax.apply_updates(p, u), p),
-                        jax.tree.map(keep, new_o, o))
-
-            private, private_opt = jax.vmap(private_step)(private, g_private, private_opt, real)
-            zero = lambda a: jnp.where(real, a, 0.0)
-            return ((shared, private), (shared_opt, private_opt)), (
-                zero(losses), jax.tree.map(zero, aux), real)
-
-        init = ((state.params, client_states.private),
-                (opt.init(state.params), jax.vmap(opt.init)(client_states.private)))
-        ((shared, private), _), (losses, aux, real) = jax.lax.scan(
-            step, init, (idx, bmask, e, j))
+        # a client's private leaves move on its real steps only; the shared ones on every
+        # step that has a real client (a step where all are padded is a no-op)
+        real = jnp.any(bmask, axis=-1)  # [S, K]
+        pair_opt = _shared_and_per_client(opt)
+        init = (state.params, client_states.private)
+        ((shared, private), _), (losses, aux) = local_steps(
+            step, pair_opt, init, pair_opt.init(init), (idx, bmask, e, j),
+            (jnp.any(real, axis=1), real))
+        losses = jnp.where(real, losses, 0.0)
+        aux = jax.tree.map(lambda a: jnp.where(real, a, 0.0), aux)
         n = jnp.sum(real, axis=0)
         denom = jnp.maximum(n, 1).astype(jnp.float32)
         aux = {k: jnp.sum(v, axis=0) / denom for k, v in aux.items()}
@@ -117,3 +106,18 @@ def build_multitask_round(algorithm: Algorithm, *, batch_size: int,
                 ClientStates(private), metrics)
 
     return round_step
+
+
+def _shared_and_per_client(opt: optax.GradientTransformation) -> optax.GradientTransformation:
+    """``opt`` on a ``(shared, private)`` pair: once on the shared leaves, and per client
+    (``vmap``) on the private leaves stacked ``[K, ...]``, each client with its own state."""
+
+    def init(params):
+        return opt.init(params[0]), jax.vmap(opt.init)(params[1])
+
+    def update(grads, state, params):
+        shared, shared_state = opt.update(grads[0], state[0], params[0])
+        private, private_state = jax.vmap(opt.update)(grads[1], state[1], params[1])
+        return (shared, private), (shared_state, private_state)
+
+    return optax.GradientTransformation(init, update)

@@ -30,11 +30,11 @@ import optax
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params, bind_start
 from fedjax_sc.core.evaluate import count_correct, mean_accuracy
+from fedjax_sc.core.local import epoch_order, local_steps
 from fedjax_sc.core.round import (
     TABLE_PATHS,
     ClientStates,
     ServerState,
-    epoch_order,
     gather_rows,
     has_leaf,
     scatter_rows,
@@ -128,23 +128,18 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
             return jax.tree.map(lambda c: jnp.where(n > 0, c.astype(jnp.float32)
                                                     / jnp.maximum(n, 1.0), jnp.nan), hits)
 
-        def step(carry, t):
-            work, opt_state = carry
+        def step(work, t):
             e, j = t // num_batches, t % num_batches
             pos = j * batch_size + jnp.arange(batch_size)
-            idx = epoch_order(jax.random.fold_in(key, e), mask)[jnp.minimum(pos, mask.shape[0] - 1)]
-            m = pos < count
+            order = epoch_order(jax.random.fold_in(key, e), mask)
+            idx = order[jnp.minimum(pos, mask.shape[0] - 1)]
             rng = jax.random.fold_in(jax.random.fold_in(key, e), j)
-            (_, _), grads = loss_and_grad(work, Batch(tokens[idx], labels[idx], m), rng)
-            updates, new_opt_state = optimizer.update(grads, opt_state, work)
-            new_work = optax.apply_updates(work, updates)
-            real = jnp.any(m)  # a client without training data does not move
-            keep = lambda new, old: jnp.where(real, new, old)
-            return (jax.tree.map(keep, new_work, work),
-                    jax.tree.map(keep, new_opt_state, opt_state)), None
+            return loss_and_grad(work, Batch(tokens[idx], labels[idx], pos < count), rng)
 
         def chunk(carry, c):
-            carry, _ = jax.lax.scan(step, carry, c * steps_per_eval + jnp.arange(steps_per_eval))
+            t = c * steps_per_eval + jnp.arange(steps_per_eval)
+            real = (t % num_batches) * batch_size < count  # a client without data does not move
+            carry, _ = local_steps(step, optimizer, *carry, t, real)
             return carry, accuracy(carry[0])
 
         before = accuracy(work)

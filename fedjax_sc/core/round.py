@@ -41,7 +41,6 @@ decay); pass ``vocab_ids=None`` to train the dense ``[V, d]`` table instead.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -62,6 +61,7 @@ from fedjax_sc.algorithms.base import (
     UploadContext,
     bind_start,
 )
+from fedjax_sc.core.local import epoch_schedule, local_steps
 from fedjax_sc.data.client_data import ClientData
 from fedjax_sc.data.vocab import PAD
 from fedjax_sc.models.text_classifier import TABLE_MODULES
@@ -139,48 +139,6 @@ def get_leaf(params: Params, path: tuple[str, ...]) -> jax.Array:
     return params
 
 
-def epoch_order(key: jax.Array, mask: jax.Array) -> jax.Array:
-    """A random order of one client's examples for one epoch: int32 ``[max_examples]``, the
-    real ones (``mask`` True) first. Example i's place depends only on ``key`` and i, not on
-    the amount of padding."""
-    noise = jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(key, i)))(
-        jnp.arange(mask.shape[0]))
-    return jnp.argsort(jnp.where(mask, noise, 2.0)).astype(jnp.int32)
-
-
-def epoch_schedule(key: jax.Array, mask: jax.Array, batch_size: int,
-                   local_epochs: int) -> tuple[jax.Array, jax.Array]:
-    """One client's shuffled mini-batch plan for a round.
-
-    Each epoch visits every real example once in a fresh random order; the last batch of an
-    epoch may be short (masked rows) and, for clients smaller than the largest one, whole
-    trailing batches of each epoch are masked (no-op steps). The order of the real examples
-    depends only on ``key`` and the example indices, not on how much padding follows them, so
-    a client padded to a larger size trains exactly as it would alone.
-
-    Args:
-      key: PRNG key of this client and round.
-      mask: bool ``[max_examples]``, True on real examples (a prefix).
-      batch_size: B.
-      local_epochs: E.
-
-    Returns:
-      ``(indices, batch_mask)``: int32 and bool ``[E, ceil(max_examples / B), B]``.
-    """
-    n = mask.shape[0]
-    steps = math.ceil(n / batch_size)
-    pad = steps * batch_size - n
-    count = jnp.sum(mask)
-
-    def one_epoch(k):
-        order = jnp.concatenate([epoch_order(k, mask), jnp.zeros((pad,), jnp.int32)])
-        real = jnp.arange(steps * batch_size) < count
-        return order.reshape(steps, batch_size), real.reshape(steps, batch_size)
-
-    epochs = jnp.arange(local_epochs)
-    return jax.vmap(lambda e: one_epoch(jax.random.fold_in(key, e)))(epochs)
-
-
 def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: int):
     """One client's local training for a round (vmapped over clients by :func:`build_round`).
 
@@ -206,23 +164,17 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
         e, j = jnp.meshgrid(jnp.arange(idx.shape[0]), jnp.arange(idx.shape[1]), indexing="ij")
         flat = lambda x: x.reshape((-1,) + x.shape[2:])
 
-        def step(carry, inputs):
-            params, opt_state = carry
+        def step(params, inputs):
             i, m, e, j = inputs
-            batch = Batch(tokens[i], labels[i], m)
             rng = jax.random.fold_in(jax.random.fold_in(key, e), j)
-            (loss, aux), grads = loss_and_grad(params, batch, rng)
-            updates, new_opt_state = opt.update(grads, opt_state, params)
-            new_params = optax.apply_updates(params, updates)
-            real = jnp.any(m)
-            keep = lambda new, old: jnp.where(real, new, old)  # padded step: a no-op
-            carry = (jax.tree.map(keep, new_params, params),
-                     jax.tree.map(keep, new_opt_state, opt_state))
-            return carry, (jnp.where(real, loss, 0.0),
-                           jax.tree.map(lambda a: jnp.where(real, a, 0.0), aux), real)
+            return loss_and_grad(params, Batch(tokens[i], labels[i], m), rng)
 
-        (params, _), (losses, aux, real) = jax.lax.scan(
-            step, (params, opt.init(params)), (flat(idx), flat(batch_mask), flat(e), flat(j)))
+        real = jnp.any(flat(batch_mask), axis=-1)
+        (params, _), (losses, aux) = local_steps(
+            step, opt, params, opt.init(params),
+            (flat(idx), flat(batch_mask), flat(e), flat(j)), real)
+        losses = jnp.where(real, losses, 0.0)
+        aux = jax.tree.map(lambda a: jnp.where(real, a, 0.0), aux)
         n = jnp.sum(real)
         finite = jnp.all(jnp.isfinite(losses)) & jnp.all(jnp.asarray(
             [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)]))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from fedjax_sc.run.paper import TABLE2, TABLE3, TABLE4, TABLE5, TABLE6, TABLE7, TABLE8, paper_value
@@ -50,23 +53,79 @@ def test_methods_and_clients(table):
             assert [c for c in values if c != "Avg"] == clients
 
 
-def test_spot_checks():
-    assert TABLE2["fdu"]["kteps"]["Avg"] == 85.7
-    assert TABLE2["fdu"]["indiv"]["magazines"] == 89.6
-    assert TABLE2["iyy"]["fedavg"]["Avg"] == 59.1
-    assert TABLE2["iyy"]["kteps"]["Avg"] == 59.7
-    assert TABLE2["fdu"]["kteps_star"]["MR"] == 65.9
-    assert TABLE3["fdu"]["fedper"]["apparel"] == 87.2
-    assert TABLE3["fdu"]["lg_fedavg"]["magazines"] == 91.2
-    assert TABLE3["iyy"]["fedmmd"]["Avg"] == 57.0
-    assert TABLE4["fdu"]["Ag"][0.001][0.0] == 85.5
-    assert TABLE4["iyy"]["Ap"][0.01][0.01] == 60.3
-    assert TABLE5["iyy"]["kteps"][1.0] == 44.5
-    assert TABLE5["fdu"]["kteps_star"][0.001] == 83.5
-    assert TABLE6["fdu"]["kteps_star"]["s"] == 83.0
-    assert TABLE6["iyy"]["kteps"]["p"] == 60.2
-    assert TABLE8["fdu"]["Ap"][0.1]["arch_c"] == 82.1
-    assert TABLE8["fdu"]["Ag"][0.001]["arch_a"] == 85.6
+# --- against the paper's own text (when ../shared/seeds holds it) ---------------------------
+
+SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds"
+TITLE = "Preliminary Steps Towards Federated Sentiment Classification"
+CLIENT_OF = {"Apparel": "apparel", "Baby": "baby", "Books": "books", "Camera": "camera_photo",
+             "DVD": "dvd", "Elec.": "electronics", "Health": "health_personal_care",
+             "Kitchen": "kitchen_housewares", "Mag.": "magazines", "Music": "music",
+             "Soft.": "software", "Sports": "sports_outdoors", "Toys": "toys_games",
+             "Video": "video", "Imdb": "imdb", "MR": "MR", "Yelp13": "yelp13",
+             "Yelp14": "yelp14", "Avg": "Avg"}
+
+
+@pytest.fixture(scope="module")
+def tables():
+    """``{n: [[cells...] per tab-separated line]}`` of the paper's Tables 2-8, from the text
+    of the paper (found by its title); skips when it is absent."""
+    texts = [f.read_text(errors="replace") for f in sorted(SEEDS.glob("*.txt"))]
+    text = next((t for t in texts if TITLE in t[:300]), None)
+    if text is None:
+        pytest.skip(f"the paper's text is not in {SEEDS}")
+    out, current = {}, None
+    for line in text.splitlines():
+        caption = re.match(r"Table (\d): ", line)
+        if caption:
+            current = int(caption.group(1))
+            out[current] = []
+        elif current and "\t" in line:
+            out[current].append([c.strip() for c in line.split("\t")])
+        elif current and line.strip() and len(line) > 200:  # prose: the table has ended
+            current = None
+    return out
+
+
+def numbers(cells):
+    return [float(c) for c in cells if re.fullmatch(r"\d+\.\d", c)]
+
+
+@pytest.mark.parametrize("n,ours,methods", [(2, TABLE2, METHODS["TABLE2"]),
+                                            (3, TABLE3, METHODS["TABLE3"])])
+def test_tables_2_3_equal_the_papers_text_cell_by_cell(tables, n, ours, methods):
+    scene, seen = None, 0
+    for cells in tables[n]:
+        if cells[0] in ("FDU", "IYY"):
+            scene = cells[0].lower()
+        name = next((c for c in cells if c in CLIENT_OF), None)
+        if name is None:
+            continue
+        values = numbers(cells)
+        expected = {m: ours[scene][m][CLIENT_OF[name]] for m in methods
+                    if CLIENT_OF[name] in ours[scene][m]}
+        assert values == list(expected.values()), (scene, name)
+        seen += 1
+    assert seen == 16 + 1 + 3 + 1
+
+
+def test_tables_4_to_8_equal_the_papers_text(tables):
+    grid = [numbers(c)[-6:] for c in tables[4] if len(numbers(c)) >= 6]  # after lambda1
+    for i, (scene, l1) in enumerate((s, l) for s in ("fdu", "iyy") for l in (0.0, 0.001, 0.01)):
+        assert grid[i] == [TABLE4[scene][m][l1][l2] for m in ("Ag", "Ap")
+                           for l2 in (0.0, 0.001, 0.01)]
+    rows5 = {c[0]: numbers(c) for c in tables[5] if c[0] in ("FDU", "IYY")}
+    for scene in ("fdu", "iyy"):
+        assert rows5[scene.upper()] == [TABLE5[scene][m][mu] for m in ("kteps", "kteps_star")
+                                        for mu in (1.0, 0.1, 0.01, 0.001)]
+    rows6 = [numbers(c) for c in tables[6] if len(numbers(c)) == 6]
+    assert rows6 == [[TABLE6[s][m][w] for m in ("kteps", "kteps_star") for w in ("s", "p", "sp")]
+                     for s in ("fdu", "iyy")]
+    rows7 = [numbers(c) for c in tables[7] if len(numbers(c)) == 8]
+    assert rows7 == [[TABLE7[s][m][f][d1] for m in ("Ag", "Ap") for d1 in (1, 2, 3, 6)]
+                     for s in ("fdu", "iyy") for f in (1.0, 0.75)]
+    rows8 = [numbers(c)[-6:] for c in tables[8] if len(numbers(c)) >= 6]  # after lambda1
+    assert rows8 == [[TABLE8["fdu"][m][l1][a] for m in ("Ag", "Ap")
+                      for a in ("arch_a", "arch_b", "arch_c")] for l1 in (0.0, 0.001, 0.01, 0.1)]
 
 
 def test_grid_shapes():
