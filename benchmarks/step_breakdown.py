@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_sc.algorithms.base import Batch, ClientStart, bind_start
+from fedjax_sc.algorithms.base import Batch, ClientStart, bind
 from fedjax_sc.models.gru import gru_recurrence
 from fedjax_sc.models.text_classifier import init_params
 from fedjax_sc.run.registry import build_algorithm
@@ -80,7 +80,7 @@ def main() -> None:
             proj, m, w, bias)
 
     opt = algorithm.client_optimizer
-    loss = bind_start(algorithm, ClientStart(params))
+    loss = bind(algorithm.client_loss, ClientStart(params))
 
     def step(params, opt_state, tokens, labels, mask):
         grads = jax.grad(lambda p: loss(p, Batch(tokens, labels, mask), keys[5])[0])(params)

@@ -9,7 +9,7 @@ Model: :class:`fedjax_sc.models.asp.ASPClassifier`. The loss of domain k's batch
 shared features S and private features P_k with unit-norm rows, rows of padding left out;
 see :func:`orthogonality`). Liu et al.'s settings: lambda_adv = 0.05, gamma = 0.01.
 
-Training is centralised multi-task (``training="multitask"``, :mod:`fedjax_sc.core.multitask`):
+Training is centralised multi-task (``central=``:func:`fedjax_sc.core.central.multitask`):
 every step takes one batch of every domain, the shared leaves get the sum of all domains'
 gradients and each domain's private leaves its own. Liu et al. take single-domain batches in
 turn; summing the domains' losses is that sequence to first order, K times more parallel, and
@@ -27,7 +27,8 @@ import optax
 from fedjax_sc.algorithms.aggregate import weighted_mean
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
 from fedjax_sc.algorithms.losses import masked_mean
-from fedjax_sc.algorithms.optimizers import client_sgd
+from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM, client_sgd
+from fedjax_sc.core import central
 from fedjax_sc.models.asp import ASPClassifier
 
 RULES = {"private": r"^private_", "shared": r"^(embedding|encoder|discriminator)/"}
@@ -51,9 +52,9 @@ def orthogonality(shared: jax.Array, private: jax.Array, mask: jax.Array) -> jax
     return jnp.sum(jnp.square((unit(shared) * m).T @ (unit(private) * m)))
 
 
-def asp_loss(model: ASPClassifier, adversarial: float = ADVERSARIAL_WEIGHT,
-             orthogonal: float = ORTHOGONALITY_WEIGHT):
-    """The anchored ASP loss (the domain label is ``start.client``); aux: ``accuracy``,
+def asp_loss(model: ASPClassifier, adversarial: float, orthogonal: float):
+    """The ASP client loss (the domain label is ``start.client``; Liu et al.'s weights are
+    :func:`asp`'s defaults); aux: ``accuracy``,
     ``adversarial`` (discriminator CE), ``domain_accuracy``, ``orthogonality``."""
 
     def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
@@ -74,7 +75,7 @@ def asp_loss(model: ASPClassifier, adversarial: float = ADVERSARIAL_WEIGHT,
     return loss
 
 
-def asp(model: ASPClassifier, learning_rate: float = 0.01, momentum: float = 0.9,
+def asp(model: ASPClassifier, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
         embedding_learning_rate: float | None = None,
         adversarial: float = ADVERSARIAL_WEIGHT,
         orthogonal: float = ORTHOGONALITY_WEIGHT) -> Algorithm:
@@ -108,6 +109,5 @@ def asp(model: ASPClassifier, learning_rate: float = 0.01, momentum: float = 0.9
         predict=predict,
         global_predict=None,
         leaf_rules=RULES,
-        anchored=True,
-        training="multitask",
+        central=central.multitask(),
     )

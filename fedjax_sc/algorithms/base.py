@@ -6,7 +6,10 @@ plus the two prediction functions the metrics need (the global model for Ag, the
 model for Ap). :func:`fedjax_sc.core.round.make_round_step` turns it into one
 ``jax.jit``-compiled function that runs every client's local epochs under ``vmap`` and the
 upload, aggregation and server update in the same program. Researchers build their own by
-replacing any field (``fedavg(model)._replace(leaf_rules=...)``).
+replacing any field (``fedavg(model)._replace(leaf_rules=...)``) or by wrapping one, as optax
+wraps transformations: a plug-in such as ``fedprox.proximal(algorithm, mu)`` returns the
+algorithm with a client loss that calls the old one and adds its term. Every client loss has
+one signature, ``loss(params, batch, rng, start)``, so wrappers compose in any order.
 
 Upload transforms follow optax's convention of a NamedTuple of pure functions and compose
 with :func:`chain` (mask -> PCA compression -> noise, Li et al. 2021, Alg. 1 lines 13-17).
@@ -40,10 +43,6 @@ class Batch(NamedTuple):
     mask: jax.Array
 
 
-ClientLoss = Callable[[Params, Batch, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
-"""``loss(params, batch, rng) -> (scalar loss, aux metrics)``; differentiated w.r.t. params.
-The aux dict must hold ``accuracy`` (float32 scalar, on the batch's real rows)."""
-
 Aggregator = Callable[[Params, jax.Array], Params]
 """``aggregate(stacked_params, weights) -> params``: stacked ``[num_clients, ...]`` leaves and
 float32 ``[num_clients]`` weights summing to 1 (paper Sec. 3.3: N^k / N)."""
@@ -62,15 +61,8 @@ GlobalPredict = Callable[[Params, jax.Array], jax.Array]
 built from the server's shared leaves alone (Ag, Eq. 14)."""
 
 
-GradientFn = Callable[[Params, Batch, jax.Array],
-                      tuple[tuple[jax.Array, dict[str, jax.Array]], Params]]
-"""``grad_fn(params, batch, rng) -> ((loss, aux), grads)``, the signature of
-``jax.value_and_grad(client_loss, has_aux=True)``."""
-
-
 class ClientStart(NamedTuple):
-    """What an anchored client loss sees besides its params and batch (see
-    ``Algorithm.anchored``).
+    """What a client loss sees besides its params, batch and key: where the client started.
 
     Attributes:
       params: the params the client began the round with -- the downloaded global (shared)
@@ -88,37 +80,34 @@ class ClientStart(NamedTuple):
     client: jax.Array | int = 0
 
 
-AnchoredLoss = Callable[[Params, Batch, jax.Array, ClientStart],
-                        tuple[jax.Array, dict[str, jax.Array]]]
-"""``loss(params, batch, rng, start) -> (scalar loss, aux)``: the client loss of an anchored
-algorithm (differentiated w.r.t. ``params`` only)."""
+ClientLoss = Callable[[Params, Batch, jax.Array, ClientStart],
+                      tuple[jax.Array, dict[str, jax.Array]]]
+"""``loss(params, batch, rng, start) -> (scalar loss, aux metrics)``, differentiated w.r.t.
+``params`` only. ``start`` is the client's :class:`ClientStart`; a loss that needs none of it
+(cross-entropy, KTEPS) ``del``-s it, a plug-in term reads it (FedProx's centre, FedMMD's and
+FedFusion's frozen global model, FedKC's exchanged knowledge, ASP's domain). The aux dict must
+hold ``accuracy`` (float32 scalar, on the batch's real rows)."""
+
+BoundLoss = Callable[[Params, Batch, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
+"""``loss(params, batch, rng) -> (loss, aux)``: a :data:`ClientLoss` with one client's start
+bound (``functools.partial``-like), what the local steps differentiate."""
+
+GradientFn = Callable[[Params, Batch, jax.Array],
+                      tuple[tuple[jax.Array, dict[str, jax.Array]], Params]]
+"""``grad_fn(params, batch, rng) -> ((loss, aux), grads)``, the signature of
+``jax.value_and_grad(bound_loss, has_aux=True)``."""
 
 KnowledgeFn = Callable[[Params, jax.Array, jax.Array, jax.Array, jax.Array], Any]
 """``extract(params, tokens, labels, mask, rng) -> message``: what a client shares with the
-others at the start of a round (FedKC, Wang et al. 2022, Sec. 4.2-4.3), from its start params
-and its whole training split (tokens int32 ``[N_max, len]``, labels int32 ``[N_max]``, mask
+others at the start of a round (FedKC, Wang et al. 2022, Sec. 4.2-4.3), from the shared params
+it downloaded (never a private leaf: the message reaches every client) and its whole training
+split (tokens int32 ``[N_max, len]``, labels int32 ``[N_max]``, mask
 bool ``[N_max]``). Runs on every client under ``vmap``; every client then sees all messages."""
 
 
-def as_anchored(loss: ClientLoss | AnchoredLoss, anchored: bool) -> AnchoredLoss:
-    """``loss`` with the anchored signature (a plain loss ignores ``start``); how plug-in
-    terms (FedProx, FedMMD, FedKC) wrap any algorithm's loss."""
-    if anchored:
-        return loss
-
-    def lifted(params, batch, rng, start):
-        del start
-        return loss(params, batch, rng)
-
-    return lifted
-
-
-def bind_start(algorithm: "Algorithm", start: ClientStart) -> ClientLoss:
-    """The algorithm's client loss as a plain :data:`ClientLoss` for one client and round
-    (``start`` bound when the loss is anchored); what the round and the Ap phase differentiate."""
-    if not algorithm.anchored:
-        return algorithm.client_loss
-    return lambda params, batch, rng: algorithm.client_loss(params, batch, rng, start)
+def bind(loss: ClientLoss, start: ClientStart) -> BoundLoss:
+    """``loss`` for one client and round: its :class:`ClientStart` fixed."""
+    return lambda params, batch, rng: loss(params, batch, rng, start)
 
 
 class UploadContext(NamedTuple):
@@ -218,8 +207,22 @@ def chain(*transforms: UploadTransform) -> UploadTransform:
     return UploadTransform(init, encode, decode)
 
 
-TRAININGS = ("federated", "pooled", "multitask")
-"""The values of ``Algorithm.training``."""
+class CentralTrainer(NamedTuple):
+    """Centralised training in place of the federated round: how a baseline without privacy
+    (FS, ASP) is trained, provided by the algorithm itself (``Algorithm.central``).
+
+    Attributes:
+      name: a label for reports (``pooled``, ``multitask``).
+      data: ``data(train, local_vocab) -> ClientData`` (host arrays): what the trainer trains
+        on, from the scene's ``ClientArrays`` training split (FS: every client pooled into one).
+      build: ``build(algorithm, *, batch_size, local_epochs) -> round_step`` with the federated
+        round's signature and states (:func:`fedjax_sc.core.round.build_round`), so that
+        evaluation, Ap, checkpoints and reports are shared.
+    """
+
+    name: str
+    data: Callable[[Any, bool], Any]
+    build: Callable[..., Callable]
 
 
 class Algorithm(NamedTuple):
@@ -228,7 +231,8 @@ class Algorithm(NamedTuple):
     Attributes:
       name: identifier used in configs, metrics and the CLI (``fedavg``, ``kteps``, ...).
       model: the Flax module trained by the clients.
-      client_loss: the local objective (see :data:`ClientLoss`).
+      client_loss: the local objective (see :data:`ClientLoss`); plug-ins (FedProx, FedMMD,
+        FedKC) wrap it and add their term, reading what they need from ``start``.
       client_optimizer: an optax transformation; its state is created fresh at the start of
         every round for every client (paper Sec. 5.2).
       aggregator: how the server reduces the clients' decoded uploads (:data:`Aggregator`).
@@ -247,18 +251,15 @@ class Algorithm(NamedTuple):
         transformation applied to the pseudo-gradient ``params - aggregate`` (FedOpt, Reddi et
         al. 2021; ``optax.sgd(1.0)`` reproduces ``None`` up to rounding).
       client_gradient: ``None`` (``jax.value_and_grad`` of the client loss) or a factory
-        ``client_loss -> GradientFn`` that the round uses for every local step instead, e.g.
+        ``bound_loss -> GradientFn`` that the round uses for every local step instead, e.g.
         DP-SGD's clipped, noised per-example gradients
         (:func:`fedjax_sc.algorithms.dp_sgd.dp_sgd`).
-      anchored: False (``client_loss`` is a :data:`ClientLoss`) or True (an
-        :data:`AnchoredLoss`: it also gets the :class:`ClientStart` of its client and round).
-      knowledge: ``None`` or a :data:`KnowledgeFn` run at the start of every round (needs
-        ``anchored``); its messages reach every client's loss as ``start.knowledge``.
-      training: ``"federated"`` (the round: local epochs, upload, aggregation);
-        ``"pooled"`` (FS: the clients' training sets pooled into one client, trained by the
-        same round; no privacy); ``"multitask"`` (ASP: every step takes one batch of every
-        client and updates the shared leaves with all their gradients and each client's
-        private leaves with its own, :mod:`fedjax_sc.core.multitask`; no privacy).
+      knowledge: ``None`` or a :data:`KnowledgeFn` run at the start of every round on the
+        downloaded shared leaves; its messages reach every client's loss as
+        ``start.knowledge``.
+      central: ``None`` (federated: the round's local epochs, upload and aggregation) or the
+        :class:`CentralTrainer` of a centralised baseline (FS, ASP: no upload, sampling,
+        compression or DP-SGD).
     """
 
     name: str
@@ -272,7 +273,6 @@ class Algorithm(NamedTuple):
     leaf_rules: Mapping[str, str | Sequence[str]] | None = None
     upload: UploadTransform = identity_upload()
     server_optimizer: optax.GradientTransformation | None = None
-    client_gradient: Callable[[ClientLoss], GradientFn] | None = None
-    anchored: bool = False
+    client_gradient: Callable[[BoundLoss], GradientFn] | None = None
     knowledge: KnowledgeFn | None = None
-    training: str = "federated"
+    central: CentralTrainer | None = None

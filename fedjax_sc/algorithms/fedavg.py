@@ -17,12 +17,12 @@ from fedjax_sc.algorithms import predict
 from fedjax_sc.algorithms.aggregate import weighted_mean
 from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.losses import cross_entropy
-from fedjax_sc.algorithms.optimizers import client_sgd
+from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM, client_sgd
 
 FURL_RULES = {"private": r"^user/", "shared": r"^(embedding|encoder|classifier)/"}
 
 
-def fedavg(model: nn.Module, learning_rate: float = 0.01, momentum: float = 0.9,
+def fedavg(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
            embedding_learning_rate: float | None = None) -> Algorithm:
     """Builds FedAvg.
 

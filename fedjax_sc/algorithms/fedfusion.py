@@ -21,13 +21,13 @@ import optax
 from fedjax_sc.algorithms.aggregate import weighted_mean
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
 from fedjax_sc.algorithms.losses import masked_mean
-from fedjax_sc.algorithms.optimizers import client_sgd
+from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM, client_sgd
 from fedjax_sc.models.fusion import FusionClassifier
 
 
 def fusion_loss(model: FusionClassifier):
     """Cross-entropy of the fused model, the global features from ``start.params`` (no
-    gradient). Returns an anchored loss whose aux holds ``accuracy``."""
+    gradient). Returns a client loss whose aux holds ``accuracy``."""
 
     def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
         del rng
@@ -41,7 +41,7 @@ def fusion_loss(model: FusionClassifier):
     return loss
 
 
-def fedfusion(model: FusionClassifier, learning_rate: float = 0.01, momentum: float = 0.9,
+def fedfusion(model: FusionClassifier, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
               embedding_learning_rate: float | None = None) -> Algorithm:
     """Builds FedFusion.
 
@@ -50,7 +50,7 @@ def fedfusion(model: FusionClassifier, learning_rate: float = 0.01, momentum: fl
       learning_rate, momentum, embedding_learning_rate: client SGD.
 
     Returns:
-      The anchored :class:`Algorithm` (mode ``full``).
+      The :class:`Algorithm` (mode ``full``).
 
     Raises:
       ValueError: a model that is not a ``FusionClassifier``, or invalid optimizer settings.
@@ -74,5 +74,4 @@ def fedfusion(model: FusionClassifier, learning_rate: float = 0.01, momentum: fl
         aggregator=weighted_mean,
         predict=predict,
         global_predict=global_predict,
-        anchored=True,
     )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params, as_anchored
+from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
 
 DEFAULT_CLUSTERS = 10
 DEFAULT_ITERATIONS = 10
@@ -83,7 +83,7 @@ def fedkc(algorithm: Algorithm, num_clusters: int = DEFAULT_CLUSTERS,
       weight: alpha, the consistency loss's weight (>= 0).
 
     Returns:
-      The anchored :class:`Algorithm` named ``<name>+fedkc`` with ``knowledge`` set; the loss's
+      The :class:`Algorithm` named ``<name>+fedkc`` with ``knowledge`` set; the loss's
       aux dict gains ``consistency`` (float32). In the Ap phase there is no exchange and the
       loss is the base loss.
 
@@ -97,7 +97,7 @@ def fedkc(algorithm: Algorithm, num_clusters: int = DEFAULT_CLUSTERS,
     if not (hasattr(model, "features") and hasattr(model, "head")):
         raise ValueError(f"FedKC needs a model with features() and head(), got "
                          f"{type(model).__name__}")
-    base = as_anchored(algorithm.client_loss, algorithm.anchored)
+    base = algorithm.client_loss
 
     def extract(params: Params, tokens, labels, mask, rng):
         del labels  # FedKC shares predictions, not labels
@@ -129,5 +129,5 @@ def fedkc(algorithm: Algorithm, num_clusters: int = DEFAULT_CLUSTERS,
         term = jnp.sum(ce * use) / jnp.maximum(jnp.sum(use), 1.0)
         return value + weight * term, {**aux, "consistency": term}
 
-    return algorithm._replace(name=f"{algorithm.name}+fedkc", client_loss=loss, anchored=True,
+    return algorithm._replace(name=f"{algorithm.name}+fedkc", client_loss=loss,
                               knowledge=extract)

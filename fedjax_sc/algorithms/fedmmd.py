@@ -22,9 +22,10 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 
-from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params, as_anchored
+from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.losses import mmd
+from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 
 DEFAULT_WEIGHT = 0.1
 """lambda of the MMD term (not given by the papers; see the module docstring)."""
@@ -40,7 +41,7 @@ def mmd_penalty(algorithm: Algorithm, weight: float = DEFAULT_WEIGHT,
       bandwidth: Gaussian kernel sigma; None = median heuristic per batch.
 
     Returns:
-      The anchored :class:`Algorithm`; the loss's aux dict gains ``mmd`` (MMD^2, float32).
+      The :class:`Algorithm`; the loss's aux dict gains ``mmd`` (MMD^2, float32).
 
     Raises:
       ValueError: a negative weight, a non-positive bandwidth, or a model without
@@ -53,7 +54,7 @@ def mmd_penalty(algorithm: Algorithm, weight: float = DEFAULT_WEIGHT,
     if not hasattr(model, "features"):
         raise ValueError(f"FedMMD needs a model with a features() method, got "
                          f"{type(model).__name__}")
-    base = as_anchored(algorithm.client_loss, algorithm.anchored)
+    base = algorithm.client_loss
 
     def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
         value, aux = base(params, batch, rng, start)
@@ -63,10 +64,10 @@ def mmd_penalty(algorithm: Algorithm, weight: float = DEFAULT_WEIGHT,
         term = mmd(local, frozen, batch.mask, bandwidth)
         return value + weight * term, {**aux, "mmd": term}
 
-    return algorithm._replace(client_loss=loss, anchored=True)
+    return algorithm._replace(client_loss=loss)
 
 
-def fedmmd(model: nn.Module, learning_rate: float = 0.01, momentum: float = 0.9,
+def fedmmd(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
            embedding_learning_rate: float | None = None, weight: float = DEFAULT_WEIGHT,
            bandwidth: float | None = None) -> Algorithm:
     """Builds FedMMD: FedAvg + the two-stream MMD term.

@@ -30,9 +30,12 @@ SERVER_OPTIMIZERS = ("sgd", "momentum", "adam", "yogi", "adagrad")
 DEFAULT_LR = {"sgd": 1.0, "momentum": 1.0, "adam": 0.01, "yogi": 0.01, "adagrad": 0.01}
 DEFAULT_TAU = 1e-3
 """Adaptivity eps (Reddi et al.'s tau) of adam, yogi and adagrad."""
+DEFAULT_MOMENTUM = 0.9
+"""Server momentum (FedAvgM) and Adam/Yogi's b1 (Reddi et al. 2021)."""
 
 
-def server_optimizer(name: str, learning_rate: float | None = None, momentum: float = 0.9,
+def server_optimizer(name: str, learning_rate: float | None = None,
+                     momentum: float = DEFAULT_MOMENTUM,
                      tau: float = DEFAULT_TAU) -> optax.GradientTransformation:
     """The optax transformation of a FedOpt server.
 
@@ -62,7 +65,7 @@ def server_optimizer(name: str, learning_rate: float | None = None, momentum: fl
 
 
 def fedopt(algorithm: Algorithm, name: str, learning_rate: float | None = None,
-           momentum: float = 0.9, tau: float = DEFAULT_TAU) -> Algorithm:
+           momentum: float = DEFAULT_MOMENTUM, tau: float = DEFAULT_TAU) -> Algorithm:
     """``algorithm`` with a FedOpt server (any algorithm: only the server update changes).
 
     Raises:

@@ -12,11 +12,12 @@ import flax.linen as nn
 
 from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 
 RULES = {"private": r"^(classifier|user)/", "shared": r"^(embedding|encoder)/"}
 
 
-def fedper(model: nn.Module, learning_rate: float = 0.01, momentum: float = 0.9,
+def fedper(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
            embedding_learning_rate: float | None = None) -> Algorithm:
     """Builds FedPer: FedAvg's loss and optimizer with a private classifier (and FURL vector).
 

@@ -22,8 +22,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params, as_anchored
+from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
 from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 
 DEFAULT_MU = 0.01
 """mu of the proximal term (not given by Li et al. 2021; see the module docstring)."""
@@ -39,11 +40,11 @@ def proximal(algorithm: Algorithm, mu: float = DEFAULT_MU) -> Algorithm:
     """``algorithm`` with FedProx's proximal term added to its client loss.
 
     Args:
-      algorithm: any algorithm (its loss, plain or anchored, is kept).
+      algorithm: any algorithm (its loss is kept and the term added).
       mu: the proximal weight (>= 0).
 
     Returns:
-      The anchored :class:`Algorithm`; the loss's aux dict gains ``proximal`` (the term's
+      The :class:`Algorithm`; the loss's aux dict gains ``proximal`` (the term's
       value, float32 scalar). The Ap phase's fine-tuning is anchored at the model before
       fine-tuning.
 
@@ -52,17 +53,17 @@ def proximal(algorithm: Algorithm, mu: float = DEFAULT_MU) -> Algorithm:
     """
     if mu < 0:
         raise ValueError(f"FedProx mu must be >= 0, got {mu}")
-    base = as_anchored(algorithm.client_loss, algorithm.anchored)
+    base = algorithm.client_loss
 
     def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
         value, aux = base(params, batch, rng, start)
         term = 0.5 * mu * squared_distance(params, jax.lax.stop_gradient(start.params))
         return value + term, {**aux, "proximal": term}
 
-    return algorithm._replace(client_loss=loss, anchored=True)
+    return algorithm._replace(client_loss=loss)
 
 
-def fedprox(model: nn.Module, learning_rate: float = 0.01, momentum: float = 0.9,
+def fedprox(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
             embedding_learning_rate: float | None = None, mu: float = DEFAULT_MU) -> Algorithm:
     """Builds FedProx: FedAvg (:func:`~fedjax_sc.algorithms.fedavg.fedavg`) + the proximal term.
 

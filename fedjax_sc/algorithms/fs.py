@@ -2,10 +2,9 @@
 
 All clients' training sets are pooled into one training set and one model is trained on it
 centrally, then evaluated on every client's test set (Ag^k) and fine-tuned per client for Ap.
-It is FedAvg with a single client that holds all the data: ``training="pooled"`` makes
-:func:`fedjax_sc.run.train.train` pool the clients' training splits
-(:func:`fedjax_sc.data.scenes.pool_clients`) and run the same compiled round on that one
-client (aggregating one client is the identity). Same epoch budget: ``rounds x local_epochs``
+It is FedAvg with a single client that holds all the data: its centralised trainer
+(:func:`fedjax_sc.core.central.pooled`) pools the clients' training splits and runs the same
+compiled round on that one client (aggregating one client is the identity). Same epoch budget: ``rounds x local_epochs``
 epochs over the pooled data, batch B.
 """
 
@@ -15,9 +14,11 @@ import flax.linen as nn
 
 from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
+from fedjax_sc.core import central
 
 
-def fs(model: nn.Module, learning_rate: float = 0.01, momentum: float = 0.9,
+def fs(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
        embedding_learning_rate: float | None = None) -> Algorithm:
     """Builds FS (FedAvg's pieces, trained on the pooled data).
 
@@ -29,4 +30,4 @@ def fs(model: nn.Module, learning_rate: float = 0.01, momentum: float = 0.9,
       ValueError: invalid optimizer settings.
     """
     return fedavg(model, learning_rate, momentum, embedding_learning_rate)._replace(
-        name="fs", training="pooled")
+        name="fs", central=central.pooled())

@@ -15,12 +15,13 @@ import flax.linen as nn
 
 from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 
 RULES = {"private": r".*"}
 """Every leaf stays on its client."""
 
 
-def indiv(model: nn.Module, learning_rate: float = 0.01, momentum: float = 0.9,
+def indiv(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
           embedding_learning_rate: float | None = None) -> Algorithm:
     """Builds Indiv (FedAvg's loss and optimizer, every leaf private).
 

@@ -25,9 +25,9 @@ import optax
 
 from fedjax_sc.algorithms import predict
 from fedjax_sc.algorithms.aggregate import weighted_mean
-from fedjax_sc.algorithms.base import Algorithm, Batch, ClientLoss, Params
+from fedjax_sc.algorithms.base import Algorithm, Batch, ClientLoss, ClientStart, Params
 from fedjax_sc.algorithms.losses import hsic, knowledge_transfer, masked_mean
-from fedjax_sc.algorithms.optimizers import client_sgd
+from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM, client_sgd
 from fedjax_sc.models.private_shared import PrivateSharedClassifier
 
 RULES = {"private": r"^(private_[a-z]+|gate|user)/",
@@ -35,9 +35,9 @@ RULES = {"private": r"^(private_[a-z]+|gate|user)/",
 """Leaf rules of the two-branch family: ``private_*``, ``gate`` and ``user`` stay on the client."""
 
 
-def kteps_loss(model: PrivateSharedClassifier, lambda_kt: float = 0.01, lambda_div: float = 0.01,
-               temperature: float = 0.25, bandwidth: float | None = None) -> ClientLoss:
-    """The KTEPS client loss, Eq. 9.
+def kteps_loss(model: PrivateSharedClassifier, lambda_kt: float, lambda_div: float,
+               temperature: float, bandwidth: float | None) -> ClientLoss:
+    """The KTEPS client loss, Eq. 9 (the paper's settings are :func:`kteps`'s defaults).
 
     Args:
       model: a two-branch model.
@@ -52,8 +52,8 @@ def kteps_loss(model: PrivateSharedClassifier, lambda_kt: float = 0.01, lambda_d
       ``div`` (all float32 scalars).
     """
 
-    def loss(params: Params, batch: Batch, rng: jax.Array):
-        del rng
+    def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
+        del rng, start
         out = model.apply({"params": params}, batch.tokens)
         ce_s = optax.softmax_cross_entropy_with_integer_labels(out.shared_logits, batch.labels)
         ce_p = optax.softmax_cross_entropy_with_integer_labels(out.private_logits, batch.labels)
@@ -72,7 +72,7 @@ def kteps_loss(model: PrivateSharedClassifier, lambda_kt: float = 0.01, lambda_d
     return loss
 
 
-def kteps(model: PrivateSharedClassifier, learning_rate: float = 0.01, momentum: float = 0.9,
+def kteps(model: PrivateSharedClassifier, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
           embedding_learning_rate: float | None = None, lambda_kt: float = 0.01,
           lambda_div: float = 0.01, temperature: float = 0.25, bandwidth: float | None = None,
           name: str = "kteps") -> Algorithm:

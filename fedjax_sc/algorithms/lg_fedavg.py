@@ -10,11 +10,12 @@ import flax.linen as nn
 
 from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 
 RULES = {"private": r"^(embedding|encoder|user)/", "shared": r"^classifier/"}
 
 
-def lg_fedavg(model: nn.Module, learning_rate: float = 0.01, momentum: float = 0.9,
+def lg_fedavg(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
               embedding_learning_rate: float | None = None) -> Algorithm:
     """Builds LG-FedAvg: FedAvg's loss and optimizer with a private embedding and encoder.
 

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_sc.algorithms.base import Batch, ClientLoss, Params
+from fedjax_sc.algorithms.base import Batch, ClientLoss, ClientStart, Params
 
 
 def masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
@@ -29,8 +29,8 @@ def cross_entropy(model: nn.Module) -> ClientLoss:
       A :data:`ClientLoss`; its aux dict holds ``accuracy`` on the batch's real rows.
     """
 
-    def loss(params: Params, batch: Batch, rng: jax.Array):
-        del rng  # deterministic model: no dropout in the paper's architecture
+    def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
+        del rng, start  # deterministic model: no dropout in the paper's architecture
         logits = model.apply({"params": params}, batch.tokens)
         per_example = optax.softmax_cross_entropy_with_integer_labels(logits, batch.labels)
         correct = (jnp.argmax(logits, -1) == batch.labels).astype(jnp.float32)

@@ -11,7 +11,14 @@ EMBEDDING_RULE = r"^(private_)?embedding/"
 """Leaves of the word-embedding tables (``embedding/embedding``, ``private_embedding/...``)."""
 
 
-def client_sgd(learning_rate: float, momentum: float = 0.9,
+LEARNING_RATE = 0.01
+"""The client learning rate of the paper's FDU runs (Li et al. 2021, Sec. 5.2); the builders'
+default."""
+MOMENTUM = 0.9
+"""The client SGD momentum of the paper (Sec. 5.2)."""
+
+
+def client_sgd(learning_rate: float, momentum: float = MOMENTUM,
                embedding_learning_rate: float | None = None) -> optax.GradientTransformation:
     """SGD with momentum; with ``embedding_learning_rate`` the word-embedding tables get that
     step size and every other leaf ``learning_rate`` (the paper's IYY setting: 0.01 and 0.1).

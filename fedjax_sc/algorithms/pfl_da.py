@@ -17,9 +17,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_sc.algorithms.base import Algorithm, Batch, ClientLoss, Params
+from fedjax_sc.algorithms.base import Algorithm, Batch, ClientLoss, ClientStart, Params
 from fedjax_sc.algorithms.kteps import kteps
 from fedjax_sc.algorithms.losses import masked_mean
+from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 from fedjax_sc.models.private_shared import PrivateSharedClassifier, mode_probabilities
 
 
@@ -31,8 +32,8 @@ def pfl_da_loss(model: PrivateSharedClassifier) -> ClientLoss:
       of the private expert).
     """
 
-    def loss(params: Params, batch: Batch, rng: jax.Array):
-        del rng
+    def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
+        del rng, start
         out = model.apply({"params": params}, batch.tokens)
         mixture = mode_probabilities(out)["sp"]
         picked = jnp.take_along_axis(mixture, batch.labels[:, None], axis=-1)[:, 0]
@@ -45,7 +46,7 @@ def pfl_da_loss(model: PrivateSharedClassifier) -> ClientLoss:
     return loss
 
 
-def pfl_da(model: PrivateSharedClassifier, learning_rate: float = 0.01, momentum: float = 0.9,
+def pfl_da(model: PrivateSharedClassifier, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
            embedding_learning_rate: float | None = None) -> Algorithm:
     """Builds PFL-DA.
 

@@ -1,5 +1,5 @@
 """Centralised multi-task training as a drop-in for the federated round (ASP, Liu et al. 2017;
-``Algorithm.training == "multitask"``).
+provided by ASP as :func:`fedjax_sc.core.central.multitask`).
 
 ``round_step(server_state, client_states, clients, rng)`` has the federated round's signature
 and states, so training, checkpoints, Ag/Ap evaluation and reports are shared: the "round" is
@@ -22,13 +22,12 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_sc.algorithms import masking
-from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, bind_start
+from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart
 from fedjax_sc.core.local import epoch_schedule, local_steps
 from fedjax_sc.core.round import (
     ClientStates,
     RoundMetrics,
     ServerState,
-    check_algorithm,
 )
 from fedjax_sc.data.client_data import ClientData
 
@@ -45,7 +44,6 @@ def build_multitask_round(algorithm: Algorithm, *, batch_size: int,
     if batch_size < 1 or local_epochs < 1:
         raise ValueError(f"batch_size and local_epochs must be >= 1, got {batch_size}, "
                          f"{local_epochs}")
-    check_algorithm(algorithm)
     opt = algorithm.client_optimizer
 
     def round_step(state: ServerState, client_states: ClientStates, clients: ClientData,
@@ -68,7 +66,7 @@ def build_multitask_round(algorithm: Algorithm, *, batch_size: int,
             start = ClientStart(masking.merge(state.params, private0), (), k)
             batch = Batch(tokens[i], labels[i], m)
             rng = jax.random.fold_in(jax.random.fold_in(key, e), j)
-            return bind_start(algorithm, start)(masking.merge(shared, private), batch, rng)
+            return algorithm.client_loss(masking.merge(shared, private), batch, rng, start)
 
         def total(both, i, m, e, j):
             losses, aux = jax.vmap(client_loss,

@@ -17,9 +17,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from fedjax_sc import streams
+
 SAMPLINGS = ("uniform", "size")
-SAMPLING_STREAM = 7
-"""Seed-sequence entry separating the sampling draws from other host-side draws."""
 
 
 def sample_clients(seed: int, round_index: int, counts: np.ndarray, num_sampled: int,
@@ -53,7 +53,7 @@ def sample_clients(seed: int, round_index: int, counts: np.ndarray, num_sampled:
             raise ValueError(f"size sampling: only {np.count_nonzero(counts)} of {n} clients "
                              f"have data, cannot sample {num_sampled}")
         p = counts / counts.sum()
-    rng = np.random.default_rng([seed, SAMPLING_STREAM, round_index])
+    rng = np.random.default_rng([seed, streams.SAMPLING, round_index])
     return np.sort(rng.choice(n, size=num_sampled, replace=False, p=p))
 
 

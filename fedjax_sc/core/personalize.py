@@ -28,7 +28,7 @@ import numpy as np
 import optax
 
 from fedjax_sc.algorithms import masking
-from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params, bind_start
+from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, bind
 from fedjax_sc.core.evaluate import count_correct, mean_accuracy
 from fedjax_sc.core.local import epoch_order, local_steps
 from fedjax_sc.core.round import (
@@ -45,8 +45,6 @@ DEFAULT_NUM_EVALS = 25
 """n_Z (paper Fig. 4: 25 personalisation steps are plotted)."""
 DEFAULT_STEPS_PER_EVAL = 10
 """z: the paper does not give it (see the module docstring)."""
-AP_STREAM = 2**31 - 2
-"""``fold_in`` constant of the Ap phase's key under the run's root key."""
 DEFAULT_LR_MULTIPLIER = 0.01
 """mu (paper Table 5: 0.01 is best on FDU and IYY)."""
 
@@ -113,9 +111,10 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
                    test_mask, key, client, tables):
         full = masking.merge(shared, private)
         work = gather_rows(full, ids, tables)
-        # an anchored loss is anchored at the model before fine-tuning (no knowledge exchange)
+        # a loss with a centre (FedProx) is centred at the model before fine-tuning; no
+        # knowledge exchange in this phase
         loss_and_grad = jax.value_and_grad(
-            bind_start(algorithm, ClientStart(work, (), client)), has_aux=True)
+            bind(algorithm.client_loss, ClientStart(work, (), client)), has_aux=True)
         predict = lambda params, tokens: algorithm.predict(params, tokens, full)
         count = jnp.sum(mask)
         num_batches = jnp.maximum((count + batch_size - 1) // batch_size, 1)

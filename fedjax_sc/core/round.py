@@ -8,9 +8,9 @@ metrics)``:
    the rows of its local vocabulary V^k of the word-embedding table only (paper Remark 3);
    An algorithm with a knowledge exchange (``Algorithm.knowledge``, FedKC) first extracts
    every client's message from the downloaded shared params and its data (never from a
-   private leaf: an algorithm with both is refused); an anchored loss
-   (``Algorithm.anchored``: FedProx, FedMMD, FedFusion, FedKC, ASP) sees its
-   :class:`~fedjax_sc.algorithms.base.ClientStart` (start params, all messages, client index);
+   private leaf: an algorithm with both is refused); every client loss sees its
+   :class:`~fedjax_sc.algorithms.base.ClientStart` (start params, all messages, client index:
+   FedProx's centre, FedMMD's and FedFusion's frozen model, FedKC's knowledge);
 2. every client runs ``local_epochs`` epochs of mini-batch training on its own examples,
    reshuffled each epoch, optimizer state fresh -- all clients at once under ``jax.vmap``,
    the steps of one client as a ``lax.scan``; a client with fewer batches than the largest one
@@ -27,7 +27,7 @@ leaves scattered back). Its client axis may be sharded over a device mesh
 (:mod:`fedjax_sc.core.sharding`); the program is the same for one device or many.
 
 Randomness: the round's key is ``fold_in(rng, server_state.round)``, client k's training key
-is ``fold_in(round_key, k)`` and its upload key ``fold_in(fold_in(round_key, UPLOAD_STREAM),
+is ``fold_in(round_key, k)`` and its upload key ``fold_in(fold_in(round_key, streams.UPLOAD),
 k)``,
 so a run resumed from a checkpoint replays exactly the same rounds.
 
@@ -46,20 +46,19 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import traverse_util
 
+from fedjax_sc import streams
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.aggregate import example_weights, weighted_mean_rows
 from fedjax_sc.algorithms.base import (
-    TRAININGS,
     Algorithm,
     Batch,
     ClientStart,
     Params,
     UploadContext,
-    bind_start,
+    bind,
 )
 from fedjax_sc.core.local import epoch_schedule, local_steps
 from fedjax_sc.data.client_data import ClientData
@@ -70,10 +69,6 @@ TABLE_PATHS = tuple((name, "embedding") for name in TABLE_MODULES)
 """Paths of every word-embedding table the library's models may hold (the shared one and the
 private one of arch C / PFL-DA); local-vocabulary training applies to each that is present."""
 
-UPLOAD_STREAM = 2**31 - 1
-"""``fold_in`` constant separating the upload keys from the clients' training keys."""
-KNOWLEDGE_STREAM = 2**31 - 3
-"""``fold_in`` constant of the knowledge-exchange keys (``Algorithm.knowledge``)."""
 
 
 class ServerState(NamedTuple):
@@ -154,7 +149,7 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
     opt = algorithm.client_optimizer
 
     def gradient_fn(start: ClientStart):
-        loss = bind_start(algorithm, start)
+        loss = bind(algorithm.client_loss, start)
         return (jax.value_and_grad(loss, has_aux=True) if algorithm.client_gradient is None
                 else algorithm.client_gradient(loss))
 
@@ -225,7 +220,6 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
     if batch_size < 1 or local_epochs < 1:
         raise ValueError(f"batch_size and local_epochs must be >= 1, got {batch_size}, "
                          f"{local_epochs}")
-    check_algorithm(algorithm)
     client_update = build_client_update(algorithm, batch_size=batch_size,
                                         local_epochs=local_epochs)
     upload = algorithm.upload
@@ -262,7 +256,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                     f"leaves only, and this algorithm has private leaves "
                     f"{masking.leaf_paths(client_states.private)}; drop them (e.g. no FURL "
                     f"vector) or the exchange")
-            knowledge_key = jax.random.fold_in(round_key, KNOWLEDGE_STREAM)
+            knowledge_key = jax.random.fold_in(round_key, streams.KNOWLEDGE)
             knowledge = jax.vmap(lambda ids, tokens, labels, mask, k: (
                 algorithm.knowledge(gather_rows(state.params, ids, shared_tables), tokens,
                                     labels, mask, jax.random.fold_in(knowledge_key, k))))(
@@ -284,7 +278,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
     def encode(state: ServerState, shared: Params, clients: ClientData, rng: jax.Array):
         if not jax.tree.leaves(shared):  # nothing is shared (Indiv): nothing is sent
             return shared, {}
-        upload_key = jax.random.fold_in(jax.random.fold_in(rng, state.round), UPLOAD_STREAM)
+        upload_key = jax.random.fold_in(jax.random.fold_in(rng, state.round), streams.UPLOAD)
         keys = jax.vmap(lambda k: jax.random.fold_in(upload_key, k))(
             jnp.arange(clients.num_clients))
         masks = row_masks(clients)
@@ -355,17 +349,6 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
         return new_state, client_states, metrics
 
     return round_step
-
-
-def check_algorithm(algorithm: Algorithm) -> None:
-    """Raises ``ValueError`` on inconsistent plug-in fields (an unknown ``training``, or a
-    ``knowledge`` exchange without an anchored loss to receive it)."""
-    if algorithm.training not in TRAININGS:
-        raise ValueError(f"{algorithm.name}: training must be one of {TRAININGS}, got "
-                         f"{algorithm.training!r}")
-    if algorithm.knowledge is not None and not algorithm.anchored:
-        raise ValueError(f"{algorithm.name}: a knowledge exchange needs an anchored client "
-                         f"loss (anchored=True) to receive it")
 
 
 def gather_rows(params: Params, ids: jax.Array, paths) -> Params:

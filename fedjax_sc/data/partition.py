@@ -29,12 +29,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedjax_sc import streams
 from fedjax_sc.data.corpus import Corpus
 
 PARTITIONS = ("natural", "dirichlet_label", "dirichlet_quantity")
 
-SPLIT_STREAMS = {"train": 1, "test": 2, "dev": 3}
-"""Seed streams of each split's example draws (the plan itself uses stream 0)."""
 
 
 class PartitionPlan(NamedTuple):
@@ -225,4 +224,4 @@ def pool(corpora: Sequence[Corpus]) -> Corpus:
 
 def hash_seed(seed: int, split: str) -> list[int]:
     """The numpy seed sequence of one split's example draws."""
-    return [seed, SPLIT_STREAMS.get(split, 4)]
+    return [seed, streams.PARTITION_SPLITS.get(split, streams.PARTITION_OTHER)]

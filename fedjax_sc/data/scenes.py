@@ -11,7 +11,15 @@ import numpy as np
 
 from fedjax_sc.data import corpus as corpus_lib
 from fedjax_sc.data.corpus import FDU_DOMAINS, Corpus
-from fedjax_sc.data.vocab import PAD, UNK, Vocabulary, count_tokens, merge_counts, token_lengths
+from fedjax_sc.data.vocab import (
+    PAD,
+    UNK,
+    VOCAB_SIZE,
+    Vocabulary,
+    count_tokens,
+    merge_counts,
+    token_lengths,
+)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -213,7 +221,7 @@ def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], n
                  stats=tuple(stats))
 
 
-def fdu_scene(data_dir: str | Path, max_len: int = 200, vocab_size: int = 50_000,
+def fdu_scene(data_dir: str | Path, max_len: int = 200, vocab_size: int = VOCAB_SIZE,
               dev_holdout: bool = False, domains: Sequence[str] = FDU_DOMAINS) -> Scene:
     """The FDU scene: 16 binary-sentiment clients (Li et al. 2021, Sec. 5.1, Table 1).
 
@@ -224,7 +232,7 @@ def fdu_scene(data_dir: str | Path, max_len: int = 200, vocab_size: int = 50_000
     return build_scene("fdu", corpora, num_classes=2, max_len=max_len, vocab_size=vocab_size)
 
 
-def iyy_scene(data_dir: str | Path, max_len: int = 400, vocab_size: int = 50_000,
+def iyy_scene(data_dir: str | Path, max_len: int = 400, vocab_size: int = VOCAB_SIZE,
               dev_holdout: bool = False) -> Scene:
     """The IYY scene: IMDB, Yelp13, Yelp14 with 5 classes (Li et al. 2021, Sec. 5.1, Table 1).
 
@@ -266,7 +274,7 @@ def _synthetic_split(rng: np.random.Generator, k: int, n: int, max_len: int, mea
 def synthetic_scene(num_clients: int = 4, train_per_client: int = 160,
                     test_per_client: int = 200, max_len: int = 48, seed: int = 0,
                     label_noise: float = 0.1, dev_per_client: int = 0,
-                    vocab_size: int = 50_000, **kwargs) -> Scene:
+                    vocab_size: int = VOCAB_SIZE, **kwargs) -> Scene:
     """A deterministic multi-domain binary sentiment scene generated as text: the corpora of
     :func:`synthetic_corpora` (same arguments; ``kwargs`` its generator settings) through
     ``build_scene`` with ``vocab_size`` words.

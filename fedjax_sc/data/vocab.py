@@ -15,6 +15,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+VOCAB_SIZE = 50_000
+"""Words kept by the federated vocabulary (Li et al. 2021, Sec. 5.1: the 50,000 most frequent;
+``<pad>`` and ``<unk>`` come on top)."""
 PAD = 0
 UNK = 1
 PAD_TOKEN = "<pad>"
@@ -75,7 +78,7 @@ class Vocabulary:
         return len(self.words)
 
     @classmethod
-    def from_counts(cls, counts: collections.Counter, max_size: int = 50_000) -> Vocabulary:
+    def from_counts(cls, counts: collections.Counter, max_size: int = VOCAB_SIZE) -> Vocabulary:
         """Keeps the ``max_size`` most frequent words (Li et al. 2021, Sec. 5.1: 50000).
 
         Ties are broken by the word string (ascending), so the result is deterministic. Words

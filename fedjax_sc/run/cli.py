@@ -1,4 +1,4 @@
-"""Command line: ``fedjax-sc train|reproduce|table7|probe ...`` (see ``fedjax-sc COMMAND
+"""Command line: ``fedjax-sc train|reproduce|probe ...`` (see ``fedjax-sc COMMAND
 --help``)."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def _parser() -> argparse.ArgumentParser:
+    from fedjax_sc.run.reproduce import TABLE7_D1, TABLE7_FRACTIONS
     p = argparse.ArgumentParser(prog="fedjax-sc", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     presets = "; ".join(f"{s}: {v}" for s, v in configs.SCENE_DEFAULTS.items())
@@ -30,18 +31,6 @@ def _parser() -> argparse.ArgumentParser:
         description="Federated training. Options left out take the scene's paper preset: "
         + presets, formatter_class=_HelpFormatter)
     _train_arguments(t)
-    g = sub.add_parser(
-        "table7", help="KTEPS* over the Table 7 grid of PCA bands (resumable), with the "
-        "paper's figures beside ours",
-        description="Runs kteps_star for every d1 in --d1 and d2 in --d2-fraction x d, one "
-        "run directory each under --out (finished runs are skipped, unfinished ones resumed), "
-        "then prints and writes table7.md. Every train option applies to each run. Presets: "
-        + presets, formatter_class=_HelpFormatter)
-    _train_arguments(g, grid=True)
-    g.add_argument("--d1", type=int, nargs="+", default=[1, 2, 3, 6],
-                   help="first principal component kept (paper: 1 2 3 6)")
-    g.add_argument("--d2-fraction", type=float, nargs="+", default=[1.0, 0.75],
-                   help="last component kept, as a fraction of d (paper: 200 and 150 of 200)")
     q = sub.add_parser(
         "reproduce", help="run every method of a paper table (resumable results store) and "
         "print ours (mean +- std over seeds) beside the paper's figures",
@@ -62,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="train only these runs (tables 2-3: methods, e.g. fedavg kteps; "
                    "others: run names); finished runs of the others already in the store "
                    "are shown, the rest print as 'not run' (default: every run)")
+    q.add_argument("--d1", type=int, nargs="+", default=list(TABLE7_D1),
+                   help="table7: first principal components kept")
+    q.add_argument("--d2-fraction", type=float, nargs="+", default=list(TABLE7_FRACTIONS),
+                   help="table7: last component kept, as a fraction of d")
     q.add_argument("--no-plots", dest="plots", action="store_false",
                    help="do not write the PNG figures (default: off, figures written)")
     q.set_defaults(out=None, ap_evals=None, data_dir=None, embeddings="glove-6b-50d")
@@ -79,13 +72,21 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _d(field: str):
+    """The default of a :class:`~fedjax_sc.run.train.TrainConfig` field: every option's default
+    is written once, there (or in the builder it is taken from), never here."""
+    from fedjax_sc.run.train import TrainConfig
+    return TrainConfig.__dataclass_fields__[field].default
+
+
 def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
+    """The options of one run; ``grid``: those shared by every run of a reproduction."""
     from fedjax_sc.run.train import ALGORITHMS, EMBEDDINGS, SCENES
-    t.add_argument("--scene", choices=SCENES, default="synthetic")
+    t.add_argument("--scene", choices=SCENES, default=_d("scene"))
     t.add_argument("--data-dir", help="corpus directory (fdu: the FDU-MTL folder; iyy: the "
                    "Tang et al. 2015 .ss files)")
     if not grid:
-        t.add_argument("--algorithm", choices=ALGORITHMS, default="fedavg",
+        t.add_argument("--algorithm", choices=ALGORITHMS, default=_d("algorithm"),
                        help="fedavg; fedper / lg_fedavg (private classifier / private "
                        "embedding and BiGRU); pfl_da (private model + gate); kteps (Li et al. "
                        "2021); kteps_star (KTEPS + PCA-compressed, noised upload; Alg. 1); "
@@ -94,18 +95,18 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                        "fedprox_kc (FedKC plug-in), indiv (no communication), fs (pooled "
                        "data), asp (centralised adversarial multi-task)")
     t.add_argument("--rounds", type=int, help="federated rounds (paper: 50 fdu, 20 iyy)")
-    t.add_argument("--local-epochs", type=int, default=2)
+    t.add_argument("--local-epochs", type=int, default=_d("local_epochs"))
     t.add_argument("--batch-size", type=int, help="local batch size (paper: 8 fdu, 64 iyy)")
     t.add_argument("--lr", type=float, help="client learning rate (paper: 0.01 fdu, 0.1 iyy)")
-    t.add_argument("--momentum", type=float, default=0.9)
+    t.add_argument("--momentum", type=float, default=_d("momentum"))
     t.add_argument("--embedding-lr", type=float, help="separate learning rate of the word "
                    "embeddings (paper's IYY setting: 0.01 with --lr 0.1)")
     k = t.add_argument_group("KTEPS loss (Eq. 7-9; kteps and arch_a/b/c)")
-    k.add_argument("--lambda-kt", type=float, default=0.01,
+    k.add_argument("--lambda-kt", type=float, default=_d("lambda_kt"),
                    help="lambda1: knowledge-transfer weight")
-    k.add_argument("--lambda-div", type=float, default=0.01,
+    k.add_argument("--lambda-div", type=float, default=_d("lambda_div"),
                    help="lambda2: HSIC diversity weight (arch_a/b/c always use 0)")
-    k.add_argument("--temperature", type=float, default=0.25, help="T of Eq. 8")
+    k.add_argument("--temperature", type=float, default=_d("temperature"), help="T of Eq. 8")
     k.add_argument("--bandwidth", type=float,
                    help="HSIC Gaussian kernel sigma (default: median heuristic per batch)")
     u = t.add_argument_group("upload privacy and compression (KTEPS*, Alg. 1; any algorithm)")
@@ -122,69 +123,69 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    "every uploaded leaf after compression (kteps_star default 0.01, else 0)")
     u.add_argument("--dp-clip", type=float, help="DP-SGD on the shared leaves: per-example "
                    "clipping norm C (default: no DP-SGD)")
-    u.add_argument("--dp-noise", type=float, default=0.0,
+    u.add_argument("--dp-noise", type=float, default=_d("dp_noise"),
                    help="DP-SGD noise multiplier z (std z * C on the summed clipped gradient)")
-    u.add_argument("--dp-delta", type=float, default=1e-5,
+    u.add_argument("--dp-delta", type=float, default=_d("dp_delta"),
                    help="delta at which the report states each client's epsilon")
     b = t.add_argument_group("baselines (Sec. 5.4; defaults where the papers give none)")
-    b.add_argument("--prox-mu", type=float, default=0.01, help="FedProx mu (fedprox, "
+    b.add_argument("--prox-mu", type=float, default=_d("prox_mu"), help="FedProx mu (fedprox, "
                    "fedprox_kc)")
-    b.add_argument("--mmd-weight", type=float, default=0.1, help="FedMMD lambda")
-    b.add_argument("--fusion", choices=("conv", "multi", "single"), default="conv",
+    b.add_argument("--mmd-weight", type=float, default=_d("mmd_weight"), help="FedMMD lambda")
+    b.add_argument("--fusion", choices=("conv", "multi", "single"), default=_d("fusion"),
                    help="FedFusion operator (Yao et al. 2019)")
-    b.add_argument("--kc-clusters", type=int, default=10, help="FedKC K-Means clusters q")
-    b.add_argument("--kc-iterations", type=int, default=10, help="FedKC Lloyd iterations")
-    b.add_argument("--kc-weight", type=float, default=0.1, help="FedKC consistency alpha")
-    b.add_argument("--asp-adversarial", type=float, default=0.05,
+    b.add_argument("--kc-clusters", type=int, default=_d("kc_clusters"), help="FedKC K-Means clusters q")
+    b.add_argument("--kc-iterations", type=int, default=_d("kc_iterations"), help="FedKC Lloyd iterations")
+    b.add_argument("--kc-weight", type=float, default=_d("kc_weight"), help="FedKC consistency alpha")
+    b.add_argument("--asp-adversarial", type=float, default=_d("asp_adversarial"),
                    help="ASP lambda_adv (Liu et al. 2017)")
-    b.add_argument("--asp-orthogonal", type=float, default=0.01,
+    b.add_argument("--asp-orthogonal", type=float, default=_d("asp_orthogonal"),
                    help="ASP orthogonality gamma (Liu et al. 2017)")
     f = t.add_argument_group("scale: partitions, participation, server optimizer (FedNLP, "
                              "FedOpt)")
     f.add_argument("--partition", choices=("natural", "dirichlet_label", "dirichlet_quantity"),
-                   default="natural", help="natural: one client per domain; dirichlet_*: the "
+                   default=_d("partition"), help="natural: one client per domain; dirichlet_*: the "
                    "domains pooled and split into --num-clients clients (test split likewise)")
     f.add_argument("--num-clients", type=int, help="N of a Dirichlet partition")
     f.add_argument("--alpha", type=float, help="label skew: q ~ Dir(alpha p) (small: near one "
                    "class per client)")
     f.add_argument("--beta", type=float, help="quantity skew: sizes ~ Dir_N(beta)")
-    f.add_argument("--partition-seed", type=int, default=0)
+    f.add_argument("--partition-seed", type=int, default=_d("partition_seed"))
     f.add_argument("--clients-per-round", type=int,
                    help="M clients sampled per round without replacement (default: all)")
-    f.add_argument("--sampling", choices=("uniform", "size"), default="uniform",
+    f.add_argument("--sampling", choices=("uniform", "size"), default=_d("sampling"),
                    help="uniform (N^k-weighted mean) or proportional to N^k (plain mean)")
     f.add_argument("--server-opt", choices=("sgd", "momentum", "adam", "yogi", "adagrad"),
                    help="FedOpt: optax optimizer on the pseudo-gradient (default: none, "
                    "the aggregate is the model; sgd with --server-lr 1 is the same)")
     f.add_argument("--server-lr", type=float,
                    help="server learning rate (default 1.0 sgd/momentum, 0.01 adaptive)")
-    f.add_argument("--server-momentum", type=float, default=0.9,
+    f.add_argument("--server-momentum", type=float, default=_d("server_momentum"),
                    help="server momentum / Adam-Yogi b1")
-    f.add_argument("--server-tau", type=float, default=1e-3,
+    f.add_argument("--server-tau", type=float, default=_d("server_tau"),
                    help="adaptivity eps of adam, yogi, adagrad (Reddi et al.'s tau)")
-    t.add_argument("--furl-dim", type=int, default=0,
+    t.add_argument("--furl-dim", type=int, default=_d("furl_dim"),
                    help="size of a FURL private user vector concatenated to the pooled "
                    "text feature (0: none)")
     a = t.add_argument_group("personalisation phase, Ap (Eq. 16)")
     a.add_argument("--no-ap", dest="ap", action="store_false",
                    help="skip the fine-tuning phase after the last round (default: off, "
                    "the phase runs)")
-    a.add_argument("--ap-evals", type=int, default=25, help="n_Z: evaluations")
-    a.add_argument("--ap-steps", type=int, default=10,
+    a.add_argument("--ap-evals", type=int, default=_d("ap_evals"), help="n_Z: evaluations")
+    a.add_argument("--ap-steps", type=int, default=_d("ap_steps"),
                    help="z: fine-tuning steps between evaluations")
-    a.add_argument("--ap-lr-mult", type=float, default=0.01,
+    a.add_argument("--ap-lr-mult", type=float, default=_d("ap_lr_mult"),
                    help="mu: fine-tuning learning rate = mu * --lr")
     a.add_argument("--ap-mode", help="inference mode of Ap: s, p or sp for two-branch "
                    "models (default: the algorithm's: sp for kteps/arch_*/pfl_da, full "
                    "otherwise)")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--embeddings", choices=EMBEDDINGS, default="random",
+    t.add_argument("--seed", type=int, default=_d("seed"))
+    t.add_argument("--embeddings", choices=EMBEDDINGS, default=_d("embeddings"),
                    help="initial word embeddings; glove-6b-50d needs fedjax_sc[glove]")
     t.add_argument("--embed-dim", type=int, help="d (default 200 random, 50 GloVe)")
-    t.add_argument("--hidden", type=int, default=64, help="BiGRU hidden size per direction")
-    t.add_argument("--mlp-hidden", type=int, default=128, help="classifier hidden width")
+    t.add_argument("--hidden", type=int, default=_d("hidden"), help="BiGRU hidden size per direction")
+    t.add_argument("--mlp-hidden", type=int, default=_d("mlp_hidden"), help="classifier hidden width")
     t.add_argument("--max-len", type=int, help="clip/pad length L (paper: 200 fdu, 400 iyy)")
-    t.add_argument("--vocab-size", type=int, default=50_000,
+    t.add_argument("--vocab-size", type=int, default=_d("vocab_size"),
                    help="most frequent words kept by the federated vocabulary")
     t.add_argument("--domains", nargs="+", help="fdu: the domains to use as clients "
                    "(default: all 16)")
@@ -197,13 +198,14 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     t.add_argument("--dense-embedding", dest="local_vocab", action="store_false",
                    help="train the whole [V, d] table on every client instead of only its "
                    "local-vocabulary rows (same result, slower; default: off)")
-    t.add_argument("--synthetic-clients", type=int, default=4)
-    t.add_argument("--synthetic-train", type=int, default=160, help="train reviews per client")
-    t.add_argument("--synthetic-test", type=int, default=200, help="test reviews per client")
+    t.add_argument("--synthetic-clients", type=int, default=_d("synthetic_clients"))
+    t.add_argument("--synthetic-train", type=int, default=_d("synthetic_train"), help="train reviews per client")
+    t.add_argument("--synthetic-test", type=int, default=_d("synthetic_test"), help="test reviews per client")
     if grid:
-        t.add_argument("--out", default="runs/table7", help="folder of the grid's runs")
+        t.add_argument("--out", help="the results store (default: runs/reproduce, or "
+                       "runs/reproduce-quick with --quick)")
         return
-    t.add_argument("--out", default="runs/latest", help="output directory")
+    t.add_argument("--out", default=_d("out"), help="output directory")
     t.add_argument("--resume", action="store_true", help="continue from the last checkpoint "
                    "(refused if the data or the vocabulary changed)")
     t.add_argument("--overwrite", action="store_true",
@@ -218,7 +220,7 @@ def _reproduce(args: dict) -> None:
     from fedjax_sc.run.reproduce import FULL_SEEDS, QUICK, reproduce
     from fedjax_sc.run.train import TrainConfig
     table, quick, plots = args.pop("table"), args.pop("quick"), args.pop("plots")
-    methods = args.pop("methods")
+    methods, d1s, fractions = args.pop("methods"), args.pop("d1"), args.pop("d2_fraction")
     seeds = args.pop("seeds") or (QUICK["seeds"] if quick else FULL_SEEDS)
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
@@ -237,7 +239,7 @@ def _reproduce(args: dict) -> None:
     if args["scene"] == "synthetic" and args["embeddings"] == "glove-6b-50d":
         args["embeddings"] = "random"  # the synthetic scene's words are not English
     reproduce(table, TrainConfig(**args), out, list(range(seeds)), plots=plots,
-              methods=methods)
+              methods=methods, d1s=d1s, fractions=fractions)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,11 +253,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if command == "train":
             train(TrainConfig(**args))
-        elif command == "table7":
-            from fedjax_sc.run.table7 import run_grid
-            d1s, fractions = args.pop("d1"), args.pop("d2_fraction")
-            out = args.pop("out")
-            run_grid(TrainConfig(algorithm="kteps_star", **args), out, d1s, fractions)
         elif command == "reproduce":
             _reproduce(args)
         elif command == "probe":

@@ -29,10 +29,12 @@ the server with a FedOpt optimizer (``server_opt``, Reddi et al. 2021).
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
-from fedjax_sc.algorithms import fedkc, fedmmd, fedopt, fedprox
-from fedjax_sc.algorithms.asp import ADVERSARIAL_WEIGHT, ORTHOGONALITY_WEIGHT, asp
+from fedjax_sc.algorithms import compression, fedkc, fedmmd, fedopt, fedprox
+from fedjax_sc.algorithms.asp import asp
 from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.dp_sgd import dp_sgd
 from fedjax_sc.algorithms.fedavg import fedavg
@@ -43,6 +45,7 @@ from fedjax_sc.algorithms.indiv import indiv
 from fedjax_sc.algorithms.kteps import kteps
 from fedjax_sc.algorithms.kteps_star import PAPER_SIGMA, default_band, private_upload
 from fedjax_sc.algorithms.lg_fedavg import lg_fedavg
+from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.algorithms.pfl_da import pfl_da
 from fedjax_sc.models.asp import ASPClassifier
 from fedjax_sc.models.fusion import FusionClassifier
@@ -64,71 +67,114 @@ TWO_BRANCH = {  # name: (private_from, projection, gated)
 }
 ALGORITHMS = tuple(SINGLE_BRANCH) + PLUG_INS + OWN_MODEL + tuple(TWO_BRANCH)
 
+OPTIONS: dict[str, tuple[Callable, str]] = {
+    "learning_rate": (fedavg, "learning_rate"),
+    "momentum": (client_sgd, "momentum"),
+    "embedding_learning_rate": (client_sgd, "embedding_learning_rate"),
+    "hidden": (TextClassifier, "hidden"),
+    "mlp_hidden": (TextClassifier, "mlp_hidden"),
+    "furl_dim": (TextClassifier, "furl_dim"),
+    "lambda_kt": (kteps, "lambda_kt"),
+    "lambda_div": (kteps, "lambda_div"),
+    "temperature": (kteps, "temperature"),
+    "bandwidth": (kteps, "bandwidth"),
+    "pca_center": (compression.pca_compress, "center"),
+    "prox_mu": (fedprox.proximal, "mu"),
+    "mmd_weight": (fedmmd.mmd_penalty, "weight"),
+    "fusion": (FusionClassifier, "fusion"),
+    "kc_clusters": (fedkc.fedkc, "num_clusters"),
+    "kc_iterations": (fedkc.fedkc, "iterations"),
+    "kc_weight": (fedkc.fedkc, "weight"),
+    "asp_adversarial": (asp, "adversarial"),
+    "asp_orthogonal": (asp, "orthogonal"),
+    "server_lr": (fedopt.fedopt, "learning_rate"),
+    "server_momentum": (fedopt.fedopt, "momentum"),
+    "server_tau": (fedopt.fedopt, "tau"),
+}
+"""The options of :func:`build_algorithm` (the CLI's and ``TrainConfig``'s names) and the
+builder parameter each one sets: its default is that parameter's default, written once, in
+the builder."""
 
-def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: int,
-                    hidden: int = 64, mlp_hidden: int = 128, furl_dim: int = 0,
-                    learning_rate: float = 0.01, momentum: float = 0.9,
-                    embedding_learning_rate: float | None = None, lambda_kt: float = 0.01,
-                    lambda_div: float = 0.01, temperature: float = 0.25,
-                    bandwidth: float | None = None, pca_band: tuple[int, int] | None = None,
-                    pca_center: bool = True, upload_noise: float | None = None,
-                    dp_clip: float | None = None, dp_noise: float = 0.0,
-                    prox_mu: float = fedprox.DEFAULT_MU, mmd_weight: float = fedmmd.DEFAULT_WEIGHT,
-                    fusion: str = "conv", kc_clusters: int = fedkc.DEFAULT_CLUSTERS,
-                    kc_iterations: int = fedkc.DEFAULT_ITERATIONS,
-                    kc_weight: float = fedkc.DEFAULT_WEIGHT,
-                    asp_adversarial: float = ADVERSARIAL_WEIGHT,
-                    asp_orthogonal: float = ORTHOGONALITY_WEIGHT,
-                    num_clients: int | None = None, server_opt: str | None = None,
-                    server_lr: float | None = None, server_momentum: float = 0.9,
-                    server_tau: float = fedopt.DEFAULT_TAU) -> Algorithm:
-    """The model and algorithm called ``name`` (see the module table).
 
-    The loss settings (lambda_kt, lambda_div, temperature, bandwidth) apply to kteps,
-    kteps_star and arch_a/b/c; the ablation architectures always use lambda_div = 0 (paper
-    Table 8). ``pca_band`` (d1, d2) and ``upload_noise`` (sigma) default to nothing for every
-    algorithm except kteps_star (:func:`~fedjax_sc.algorithms.kteps_star.default_band`, 0.01);
-    ``dp_clip`` (C, None = off) and ``dp_noise`` (z) add DP-SGD on the shared leaves.
-    ``prox_mu`` (FedProx and fedprox_kc), ``mmd_weight`` (FedMMD), ``fusion`` (FedFusion's
-    operator), ``kc_*`` (FedKC's q, Lloyd iterations, alpha) and ``asp_*`` (ASP's
-    lambda_adv, gamma) set the baselines; ``num_clients`` is ASP's number of domains.
-    ``server_opt`` (None: the aggregate is the new model) with ``server_lr``,
-    ``server_momentum`` and ``server_tau`` selects a FedOpt server
-    (:func:`~fedjax_sc.algorithms.fedopt.server_optimizer`).
+def default(option: str) -> Any:
+    """The default of an option of :data:`OPTIONS`, read from its builder's signature.
 
     Raises:
-      ValueError: an unknown name (the message lists the known ones) or invalid settings.
+      KeyError: an unknown option.
     """
-    dims: dict[str, Any] = dict(vocab_size=vocab_size, embed_dim=embed_dim, hidden=hidden,
-                                mlp_hidden=mlp_hidden, num_classes=num_classes,
-                                furl_dim=furl_dim)
-    opt = dict(learning_rate=learning_rate, momentum=momentum,
-               embedding_learning_rate=embedding_learning_rate)
+    builder, param = OPTIONS[option]
+    return inspect.signature(builder).parameters[param].default
+
+
+def upload_settings(name: str, embed_dim: int, pca_band: tuple[int, int] | None,
+                    upload_noise: float | None) -> tuple[tuple[int, int] | None, float]:
+    """The PCA band and noise an algorithm uploads with: kteps_star's defaults are the paper's
+    band scaled to d (:func:`~fedjax_sc.algorithms.kteps_star.default_band`) and sigma 0.01;
+    every other algorithm's are no compression and no noise."""
     if name == "kteps_star":
         pca_band = pca_band or default_band(embed_dim)
         upload_noise = PAPER_SIGMA if upload_noise is None else upload_noise
+    return pca_band, upload_noise or 0.0
+
+
+def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: int,
+                    num_clients: int | None = None, pca_band: tuple[int, int] | None = None,
+                    upload_noise: float | None = None, dp_clip: float | None = None,
+                    dp_noise: float = 0.0, server_opt: str | None = None,
+                    **options: Any) -> Algorithm:
+    """The model and algorithm called ``name`` (see the module table).
+
+    Args:
+      name: a key of :data:`ALGORITHMS`.
+      vocab_size, num_classes, embed_dim: the model's V, C and d.
+      num_clients: ASP's number of domains.
+      pca_band, upload_noise: the upload's PCA band (d1, d2) and noise sigma; None: the
+        algorithm's (:func:`upload_settings`).
+      dp_clip, dp_noise: DP-SGD on the shared leaves (C, None = off; noise multiplier z).
+      server_opt: a FedOpt server (None: the aggregate is the new model).
+      **options: any of :data:`OPTIONS`; one left out takes its builder's default. The loss
+        settings (lambda_kt, lambda_div, temperature, bandwidth) apply to kteps, kteps_star
+        and arch_a/b/c (the ablation always uses lambda_div = 0, Table 8); prox_mu (fedprox,
+        fedprox_kc),
+        mmd_weight, fusion, kc_* and asp_* set the baselines.
+
+    Raises:
+      ValueError: an unknown name or option (the message lists the known ones) or invalid
+        settings.
+    """
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown options {unknown}; known: {sorted(OPTIONS)}")
+    o = {k: options[k] if k in options else default(k) for k in OPTIONS}
+    dims: dict[str, Any] = dict(vocab_size=vocab_size, embed_dim=embed_dim, hidden=o["hidden"],
+                                mlp_hidden=o["mlp_hidden"], num_classes=num_classes,
+                                furl_dim=o["furl_dim"])
+    opt = dict(learning_rate=o["learning_rate"], momentum=o["momentum"],
+               embedding_learning_rate=o["embedding_learning_rate"])
+    pca_band, upload_noise = upload_settings(name, embed_dim, pca_band, upload_noise)
     if name in SINGLE_BRANCH:
         algorithm = SINGLE_BRANCH[name](TextClassifier(**dims), **opt)
     elif name in PLUG_INS:
         algorithm = fedavg(TextClassifier(**dims), **opt)
         if name in ("fedprox", "fedprox_kc"):
-            algorithm = fedprox.proximal(algorithm, prox_mu)
+            algorithm = fedprox.proximal(algorithm, o["prox_mu"])
         if name == "fedmmd":
-            algorithm = fedmmd.mmd_penalty(algorithm, mmd_weight)
+            algorithm = fedmmd.mmd_penalty(algorithm, o["mmd_weight"])
         if name.endswith("_kc"):
-            algorithm = fedkc.fedkc(algorithm, kc_clusters, kc_iterations, kc_weight)
+            algorithm = fedkc.fedkc(algorithm, o["kc_clusters"], o["kc_iterations"],
+                                    o["kc_weight"])
         algorithm = algorithm._replace(name=name)
     elif name == "fedfusion":
         if dims.pop("furl_dim"):
             raise ValueError("fedfusion has no FURL user vector (furl_dim must be 0)")
-        algorithm = fedfusion(FusionClassifier(**dims, fusion=fusion), **opt)
+        algorithm = fedfusion(FusionClassifier(**dims, fusion=o["fusion"]), **opt)
     elif name == "asp":
         if not num_clients:
             raise ValueError("asp needs num_clients (its number of domains)")
         if dims.pop("furl_dim"):
             raise ValueError("asp has no FURL user vector (furl_dim must be 0)")
         algorithm = asp(ASPClassifier(**dims, num_domains=num_clients), **opt,
-                        adversarial=asp_adversarial, orthogonal=asp_orthogonal)
+                        adversarial=o["asp_adversarial"], orthogonal=o["asp_orthogonal"])
     elif name in TWO_BRANCH:
         private_from, projection, gated = TWO_BRANCH[name]
         model = PrivateSharedClassifier(**dims, private_from=private_from,
@@ -136,15 +182,17 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
         if name == "pfl_da":
             algorithm = pfl_da(model, **opt)
         else:
-            algorithm = kteps(model, **opt, lambda_kt=lambda_kt,
-                              lambda_div=0.0 if name.startswith("arch_") else lambda_div,
-                              temperature=temperature, bandwidth=bandwidth)._replace(name=name)
+            algorithm = kteps(model, **opt, lambda_kt=o["lambda_kt"],
+                              lambda_div=0.0 if name.startswith("arch_") else o["lambda_div"],
+                              temperature=o["temperature"], bandwidth=o["bandwidth"],
+                              name=name)
     else:
         raise ValueError(f"unknown algorithm {name!r}; choose from {ALGORITHMS}")
-    algorithm = algorithm._replace(upload=private_upload(pca_band, upload_noise or 0.0,
-                                                         pca_center))
+    algorithm = algorithm._replace(upload=private_upload(pca_band, upload_noise,
+                                                         o["pca_center"]))
     if dp_clip is not None:
         algorithm = dp_sgd(algorithm, dp_clip, dp_noise)
     if server_opt is not None:
-        algorithm = fedopt.fedopt(algorithm, server_opt, server_lr, server_momentum, server_tau)
+        algorithm = fedopt.fedopt(algorithm, server_opt, o["server_lr"], o["server_momentum"],
+                                  o["server_tau"])
     return algorithm

@@ -77,11 +77,27 @@ def _fmt(v: float) -> str:
     return f"{v:g}"
 
 
-def plan(table: str, scene: str, embed_dim: int) -> tuple[list[Run], dict[str, dict[str, Cell]]]:
+TABLE7_D1 = (1, 2, 3, 6)
+"""Table 7's first principal components kept (Sec. 5.6.3)."""
+TABLE7_FRACTIONS = (1.0, 0.75)
+"""Table 7's d2 / d (200 and 150 of d = 200)."""
+
+
+def plan(table: str, scene: str, embed_dim: int, d1s: Sequence[int] = TABLE7_D1,
+         fractions: Sequence[float] = TABLE7_FRACTIONS
+         ) -> tuple[list[Run], dict[str, dict[str, Cell]]]:
     """The runs a table needs and its cells ``{row: {column: Cell}}``.
 
+    Args:
+      table: one of :data:`TABLES`.
+      scene: ``fdu``, ``iyy`` or ``synthetic`` (no paper figures).
+      embed_dim: d (Table 7's bands are fractions of it).
+      d1s, fractions: Table 7's grid (d1 values; d2 = round(fraction x d)); the paper's by
+        default.
+
     Raises:
-      ValueError: an unknown table, or Table 8 on a scene other than fdu.
+      ValueError: an unknown table, Table 8 on a scene other than fdu, or an empty Table 7
+        band (d1 > d2, a fraction outside (0, 1]).
     """
     avg = lambda key: (lambda r: r.get(key))
     if table in TABLE23_METHODS:
@@ -120,13 +136,18 @@ def plan(table: str, scene: str, embed_dim: int) -> tuple[list[Run], dict[str, d
                  for m in ("kteps", "kteps_star")}
         return runs, cells
     if table == "table7":
-        d1s, fractions = (1, 2, 3, 6), (1.0, 0.75)
-        bands = {(f, d1): (d1, max(1, int(np.floor(f * embed_dim + 0.5))))
-                 for f in fractions for d1 in d1s}
+        bands = {}
+        for f in fractions:
+            d2 = max(1, int(np.floor(f * embed_dim + 0.5)))
+            for d1 in d1s:
+                if not 0 < f <= 1 or not 1 <= d1 <= d2:
+                    raise ValueError(f"Table 7 band d1 = {d1}, d2 = {d2} (fraction {f:g} of "
+                                     f"d = {embed_dim}) is empty")
+                bands[(f, d1)] = (d1, d2)
         runs = [Run(f"kteps_star_d1-{b[0]}_d2-{b[1]}", {"algorithm": "kteps_star",
                                                          "pca_band": b}) for b in bands.values()]
         ref = paper.TABLE7.get(scene, {})
-        cells = {f"d2 = {bands[(f, 1)][1]} ({_fmt(f)} d)": {
+        cells = {f"d2 = {bands[(f, d1s[0])][1]} ({_fmt(f)} d)": {
             f"{m} d1 = {d1}": Cell(f"kteps_star_d1-{d1}_d2-{bands[(f, d1)][1]}", avg(m),
                                    ref.get(m, {}).get(f, {}).get(d1))
             for m in ("Ag", "Ap") for d1 in d1s} for f in fractions}
@@ -205,7 +226,8 @@ def finished(where: Path, c: TrainConfig) -> dict | None:
 
 def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[int],
               log: Callable[[str], None] = print, plots: bool = True,
-              methods: Sequence[str] | None = None) -> str:
+              methods: Sequence[str] | None = None, d1s: Sequence[int] = TABLE7_D1,
+              fractions: Sequence[float] = TABLE7_FRACTIONS) -> str:
     """Runs (or resumes, or skips) every run of ``table`` for every seed; returns the Markdown.
 
     Args:
@@ -219,6 +241,7 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
       methods: the runs to train (Tables 2-3: method names; others: run names of
         :func:`plan`); None = all. The others are read from the store when finished there
         with the same settings and shown as ``not run`` otherwise.
+      d1s, fractions: Table 7's grid (see :func:`plan`).
 
     Raises:
       ValueError: an unknown table, a name in ``methods`` that the table has no run for, or
@@ -226,7 +249,7 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
     """
     out = Path(out)
     c0 = base.resolved()
-    runs, cells = plan(table, c0.scene, c0.embed_dim)
+    runs, cells = plan(table, c0.scene, c0.embed_dim, d1s, fractions)
     names = [r.name for r in runs]
     unknown = [m for m in (methods or ()) if m not in names]
     if unknown:

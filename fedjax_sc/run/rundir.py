@@ -94,7 +94,7 @@ def fingerprint_changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]
     if saved.get("vocab") != now.get("vocab"):
         a, b = saved.get("vocab", {}).get("words"), now.get("vocab", {}).get("words")
         changes.append(f"the vocabulary differs ({a} -> {b} words)" if a != b else
-                       f"the vocabulary differs (same size, other words or order)")
+                       "the vocabulary differs (same size, other words or order)")
     return changes
 
 

@@ -20,6 +20,7 @@ all devices (:mod:`fedjax_sc.core.sharding`); ``server_opt`` adds a FedOpt serve
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
 import time
@@ -32,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from fedjax_sc import streams
 from fedjax_sc.algorithms import dp_sgd
 from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.optimizers import client_sgd
@@ -42,18 +44,22 @@ from fedjax_sc.core.evaluate import (
     make_personal_evaluate,
     mean_accuracy,
 )
-from fedjax_sc.core.multitask import build_multitask_round
 from fedjax_sc.core.round import ClientStates, ServerState, build_round, init_states
 from fedjax_sc.data import partition, scenes
 from fedjax_sc.data.client_data import client_data, host_client_data
 from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu, read_iyy
 from fedjax_sc.models.text_classifier import init_params
-from fedjax_sc.run import configs, rundir
+from fedjax_sc.run import configs, registry, rundir
 from fedjax_sc.run.registry import ALGORITHMS, build_algorithm
 from fedjax_sc.run.report import format_table, make_report
 
 SCENES = ("synthetic", "fdu", "iyy")
 EMBEDDINGS = tuple(configs.EMBED_DIM)
+
+
+def _synthetic(param: str) -> int:
+    """A default size of the synthetic scene, read from its generator's signature."""
+    return inspect.signature(scenes.synthetic_corpora).parameters[param].default
 
 
 class NonFiniteUpdateError(RuntimeError):
@@ -148,31 +154,31 @@ class TrainConfig:
     local_epochs: int = 2
     batch_size: int | None = None
     lr: float | None = None
-    momentum: float = 0.9
+    momentum: float = registry.default("momentum")
     embedding_lr: float | None = None
-    lambda_kt: float = 0.01
-    lambda_div: float = 0.01
-    temperature: float = 0.25
+    lambda_kt: float = registry.default("lambda_kt")
+    lambda_div: float = registry.default("lambda_div")
+    temperature: float = registry.default("temperature")
     bandwidth: float | None = None
-    furl_dim: int = 0
+    furl_dim: int = registry.default("furl_dim")
     pca_band: tuple[int, int] | None = None
-    pca_center: bool = True
+    pca_center: bool = registry.default("pca_center")
     upload_noise: float | None = None
     dp_clip: float | None = None
     dp_noise: float = 0.0
     dp_delta: float = 1e-5
-    prox_mu: float = 0.01
-    mmd_weight: float = 0.1
-    fusion: str = "conv"
-    kc_clusters: int = 10
-    kc_iterations: int = 10
-    kc_weight: float = 0.1
-    asp_adversarial: float = 0.05
-    asp_orthogonal: float = 0.01
+    prox_mu: float = registry.default("prox_mu")
+    mmd_weight: float = registry.default("mmd_weight")
+    fusion: str = registry.default("fusion")
+    kc_clusters: int = registry.default("kc_clusters")
+    kc_iterations: int = registry.default("kc_iterations")
+    kc_weight: float = registry.default("kc_weight")
+    asp_adversarial: float = registry.default("asp_adversarial")
+    asp_orthogonal: float = registry.default("asp_orthogonal")
     server_opt: str | None = None
     server_lr: float | None = None
-    server_momentum: float = 0.9
-    server_tau: float = 1e-3
+    server_momentum: float = registry.default("server_momentum")
+    server_tau: float = registry.default("server_tau")
     ap: bool = True
     ap_evals: int = personalize.DEFAULT_NUM_EVALS
     ap_steps: int = personalize.DEFAULT_STEPS_PER_EVAL
@@ -181,10 +187,10 @@ class TrainConfig:
     seed: int = 0
     embeddings: str = "random"
     embed_dim: int | None = None
-    hidden: int = 64
-    mlp_hidden: int = 128
+    hidden: int = registry.default("hidden")
+    mlp_hidden: int = registry.default("mlp_hidden")
     max_len: int | None = None
-    vocab_size: int = 50_000
+    vocab_size: int = scenes.VOCAB_SIZE
     domains: tuple[str, ...] | None = None
     partition: str = "natural"
     num_clients: int | None = None
@@ -196,9 +202,9 @@ class TrainConfig:
     dev_holdout: bool = False
     allow_empty_clients: bool = False
     local_vocab: bool = True
-    synthetic_clients: int = 4
-    synthetic_train: int = 160
-    synthetic_test: int = 200
+    synthetic_clients: int = _synthetic("num_clients")
+    synthetic_train: int = _synthetic("train_per_client")
+    synthetic_test: int = _synthetic("test_per_client")
     out: str = "runs/latest"
     resume: bool = False
     overwrite: bool = False
@@ -249,11 +255,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(c, name)}")
         if c.ap_lr_mult < 0:
             raise ValueError(f"ap_lr_mult must be >= 0, got {c.ap_lr_mult}")
-        if c.algorithm == "kteps_star":
-            from fedjax_sc.algorithms.kteps_star import PAPER_SIGMA, default_band
-            c.pca_band = c.pca_band or default_band(c.embed_dim)
-            c.upload_noise = PAPER_SIGMA if c.upload_noise is None else c.upload_noise
-        c.upload_noise = c.upload_noise or 0.0
+        c.pca_band, c.upload_noise = registry.upload_settings(c.algorithm, c.embed_dim,
+                                                              c.pca_band, c.upload_noise)
         if c.pca_band is not None:
             c.pca_band = tuple(int(x) for x in c.pca_band)
             if len(c.pca_band) != 2 or not 1 <= c.pca_band[0] <= c.pca_band[1] <= c.embed_dim:
@@ -375,10 +378,10 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
         asp_adversarial=c.asp_adversarial, asp_orthogonal=c.asp_orthogonal,
         num_clients=scene.num_clients, server_opt=c.server_opt, server_lr=c.server_lr,
         server_momentum=c.server_momentum, server_tau=c.server_tau)
-    if algorithm.training != "federated" and (c.dp_clip is not None or c.pca_band
-                                              or c.upload_noise):
-        raise ValueError(f"{c.algorithm} is trained centrally ({algorithm.training}): "
-                         f"upload compression, upload noise and DP-SGD do not apply")
+    if algorithm.central is not None and (c.dp_clip is not None or c.pca_band
+                                          or c.upload_noise):
+        raise ValueError(f"{c.algorithm} is trained centrally: upload compression, upload "
+                         f"noise and DP-SGD do not apply")
     matrix = None
     if c.embeddings == "glove-6b-50d":
         from fedjax_sc.data.embeddings import glove_6b_50d
@@ -447,15 +450,13 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     setup = build_setup(c, scene, log)
     algorithm, state, client_states = setup.algorithm, setup.state, setup.client_states
     root, train_key = setup.root, setup.train_key
-    # the Ap phase always fine-tunes per client; the rounds train on what ``training`` says
+    # the Ap phase always fine-tunes per client; a centralised trainer says what it trains on
+    central = algorithm.central
     host_train = host_client_data(scene.train, local_vocab=c.local_vocab)
-    round_host = {"federated": lambda: host_train,
-                  "pooled": lambda: host_client_data(scene.train.pooled(),
-                                                     local_vocab=c.local_vocab),
-                  "multitask": lambda: host_client_data(scene.train)}[algorithm.training]()
-    if c.clients_per_round is not None and algorithm.training != "federated":
-        raise ValueError(f"{c.algorithm} is trained centrally ({algorithm.training}): "
-                         f"--clients-per-round does not apply")
+    round_host = host_train if central is None else central.data(scene.train, c.local_vocab)
+    if c.clients_per_round is not None and central is not None:
+        raise ValueError(f"{c.algorithm} is trained centrally: --clients-per-round does not "
+                         f"apply")
     if c.clients_per_round is not None and c.clients_per_round > scene.num_clients:
         raise ValueError(f"--clients-per-round {c.clients_per_round} > {scene.num_clients} "
                          f"clients")
@@ -466,11 +467,11 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     personal_eval = make_personal_evaluate(algorithm.predict) if has_private else None
     mode = c.ap_mode or algorithm.default_mode
     comm = None
-    if algorithm.training == "federated":
+    if central is None:
         comm = communication.account(algorithm, state, host_train).summary()
         log(communication.describe(comm))
     else:
-        log(f"{c.algorithm} is trained centrally ({algorithm.training}): no communication")
+        log(f"{c.algorithm} is trained centrally: no communication")
 
     vocab_json = scene.vocab.to_json()
     data_print = rundir.fingerprint(corpus_files(c), vocab_json)
@@ -518,7 +519,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     ag, personal = accuracies()
     if start < c.rounds:
         t0 = time.perf_counter()
-        builder = build_multitask_round if algorithm.training == "multitask" else build_round
+        builder = build_round if central is None else central.build
         data, private = feed.inputs(feed.sample(start + 1))
         round_step = jax.jit(builder(algorithm, batch_size=c.batch_size,
                                      local_epochs=c.local_epochs)
@@ -537,7 +538,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
         finite = m.finite
         if not finite.all():
             k = int(np.flatnonzero(~finite)[0])
-            who = (names[idx[k]] if algorithm.training != "pooled"
+            who = (names[idx[k]] if feed.num_clients == scene.num_clients
                    else "all clients pooled")
             raise NonFiniteUpdateError(
                 f"round {r}: client {int(idx[k])} ({who}) produced a non-finite update (mean "
@@ -593,7 +594,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
 
     report = make_report(c, scene, ag, personal, ap, mode)
     report["communication"] = comm
-    report["training"] = algorithm.training
+    report["training"] = "federated" if central is None else central.name
     report["timing"] = {"round_seconds": durations, "ap_seconds": ap_seconds}
     if c.dp_clip is not None:
         report["dp"] = dp_report(c, scene)
@@ -638,7 +639,7 @@ def _personalize(c: TrainConfig, algorithm, state, client_states, train_data, te
         num_evals=c.ap_evals, steps_per_eval=c.ap_steps)
     t0 = time.perf_counter()
     result = run(state, client_states, train_data, test_data,
-                 jax.random.fold_in(root, personalize.AP_STREAM))
+                 jax.random.fold_in(root, streams.AP))
     mode = c.ap_mode or algorithm.default_mode
     if mode not in result.curve:
         raise ValueError(f"--ap-mode {mode!r}: {c.algorithm} has the modes "

@@ -215,7 +215,7 @@ def test_multitask_round_with_one_client_equals_the_federated_round(scene):
     data = client_data(one)
     central, c_clients, c_metrics = _run(alg, scene, params, rounds=2, data=data,
                                          builder=build_multitask_round)
-    federated, f_clients, _ = _run(alg._replace(training="federated"), scene, params,
+    federated, f_clients, _ = _run(alg._replace(central=None), scene, params,
                                    rounds=2, data=data)
     chex.assert_trees_all_close(central.params, federated.params, atol=1e-5)
     chex.assert_trees_all_close(c_clients.private, f_clients.private, atol=1e-5)

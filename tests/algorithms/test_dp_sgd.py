@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedjax_sc.algorithms import masking
-from fedjax_sc.algorithms.base import Batch
+from fedjax_sc.algorithms.base import Batch, ClientStart, bind
 from fedjax_sc.algorithms.dp_sgd import dp_gradient, epsilon
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.fedper import RULES as FEDPER_RULES
@@ -17,7 +17,7 @@ MODEL = TextClassifier(vocab_size=20, embed_dim=4, hidden=3, mlp_hidden=5)
 PARAMS = init_params(MODEL, jax.random.key(0))
 BATCH = Batch(jax.random.randint(jax.random.key(1), (4, 6), 1, 20),
               jnp.array([0, 1, 1, 0]), jnp.array([True, True, True, False]))
-LOSS = fedavg(MODEL).client_loss
+LOSS = bind(fedavg(MODEL).client_loss, ClientStart(None))
 BATCH_GRAD = jax.jit(jax.value_and_grad(LOSS, has_aux=True))  # the plain batch gradient
 
 

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedjax_sc.algorithms import losses
-from fedjax_sc.algorithms.base import Batch
+from fedjax_sc.algorithms.base import Batch, ClientStart, bind
 from fedjax_sc.algorithms.losses import cross_entropy, masked_mean
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
 
@@ -22,7 +22,7 @@ def test_cross_entropy_matches_numpy_and_padded_rows_get_no_gradient():
     tokens = jnp.array([[2, 3, 0], [4, 5, 6], [7, 0, 0]], jnp.int32)
     labels = jnp.array([0, 1, 1])
     mask = jnp.array([True, True, False])
-    loss = cross_entropy(model)
+    loss = bind(cross_entropy(model), ClientStart(params))
     value, aux = jax.jit(loss)(params, Batch(tokens, labels, mask), jax.random.key(0))
     logits = np.asarray(jax.jit(model.apply)({"params": params}, tokens), np.float64)
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))

@@ -183,7 +183,7 @@ def test_fedavg_round_equals_a_plain_reference_loop(scene, model, fedavg_step_e2
     runs SGD + momentum over its shuffled batches, the server takes the N^k/N mean."""
     import optax
 
-    from fedjax_sc.algorithms.base import Batch
+    from fedjax_sc.algorithms.base import Batch, ClientStart
     from fedjax_sc.algorithms.losses import cross_entropy
     lr, batch, epochs, seed = 0.1, 4, 2, 11  # those of fedavg_step_e2
     params = init_params(model, jax.random.key(0))
@@ -191,7 +191,7 @@ def test_fedavg_round_equals_a_plain_reference_loop(scene, model, fedavg_step_e2
     state, clients = rnd.init_states(alg, params, scene.num_clients)
     new, _, _ = fedavg_step_e2(
         state, clients, client_data(scene.train, local_vocab=True), jax.random.key(seed))
-    loss = jax.jit(jax.grad(lambda p, b: cross_entropy(model)(p, b, None)[0]))
+    loss = jax.jit(jax.grad(lambda p, b: cross_entropy(model)(p, b, None, ClientStart(p))[0]))
     opt = optax.sgd(lr, momentum=0.9)
 
     @jax.jit  # one compiled SGD step (op by op, every leaf's update compiled on its own)

@@ -4,7 +4,6 @@ import json
 
 import chex
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -140,17 +139,20 @@ def test_train_probe_and_dp_report(tmp_path, capsys):
 def test_table7_grid_runs_skips_and_compares_with_the_paper(tmp_path, capsys):
     # the settings of tests/run/test_train.py's kteps_star runs, band (2, 5) its default: the
     # grid's run and those share their compiled programs
-    args = ["table7", "--synthetic-clients", "2", "--synthetic-train", "12",
+    args = ["reproduce", "table7", "--synthetic-clients", "2", "--synthetic-train", "12",
             "--synthetic-test", "6", "--max-len", "8", "--embed-dim", "6", "--hidden", "3",
             "--mlp-hidden", "4", "--batch-size", "4", "--local-epochs", "1", "--furl-dim", "2",
-            "--rounds", "1", "--no-ap", "--d1", "2", "--d2-fraction", "0.75",
-            "--out", str(tmp_path / "grid")]
+            "--rounds", "1", "--no-ap", "--seeds", "1", "--no-plots", "--d1", "2",
+            "--d2-fraction", "0.75", "--out", str(tmp_path / "grid")]
     assert cli.main(args) == 0
     first = capsys.readouterr().out
-    assert (tmp_path / "grid" / "d1-2_d2-5" / "report.json").exists()
+    run = tmp_path / "grid" / "synthetic" / "kteps_star_d1-2_d2-5" / "seed-0"
+    assert (run / "report.json").exists()
     assert cli.main(args) == 0
     again = capsys.readouterr().out
     assert again.count("skipped") == 1 and "starting" not in again
-    table = (tmp_path / "grid" / "table7.md").read_text()
+    table = (tmp_path / "grid" / "synthetic" / "table7.md").read_text()
     assert "(85.7)" not in table  # synthetic scene: no paper figures
-    assert "| 5 (0.75 d) |" in table and "starting" in first
+    assert "| d2 = 5 (0.75 d) |" in table and "starting" in first
+    assert cli.main([*args[:-4], "--d1", "7", "--out", str(tmp_path / "g2")]) == 1
+    assert "is empty" in capsys.readouterr().err

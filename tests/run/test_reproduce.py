@@ -55,8 +55,8 @@ def test_reproduce_runs_once_reuses_training_for_ap_variants_and_skips_when_done
     from fedjax_sc.run import reproduce as lib
     full_plan = lib.plan
 
-    def kteps_only(table, scene, embed_dim):  # Table 5 restricted to KTEPS, mu 0.01 and 1
-        runs, cells = full_plan(table, scene, embed_dim)
+    def kteps_only(table, scene, embed_dim, *grid):  # Table 5: KTEPS, mu 0.01 and 1 only
+        runs, cells = full_plan(table, scene, embed_dim, *grid)
         keep = {"kteps", "kteps_mu-1"}
         return ([r for r in runs if r.name in keep],
                 {"kteps": {k: c for k, c in cells["kteps"].items() if c.run in keep}})
