@@ -1,4 +1,4 @@
-"""Command line: ``fedjax-sc train|reproduce|probe ...`` (see ``fedjax-sc COMMAND
+"""Command line: ``fedjax-sc train|reproduce|results|probe ...`` (see ``fedjax-sc COMMAND
 --help``)."""
 
 from __future__ import annotations
@@ -58,6 +58,19 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--no-plots", dest="plots", action="store_false",
                    help="do not write the PNG figures (default: off, figures written)")
     q.set_defaults(out=None, ap_evals=None, data_dir=None, embeddings="glove-6b-50d")
+    x = sub.add_parser(
+        "results", help="results as data: export a store's runs (small files only) into "
+        "results/, or regenerate a table and its figure from results/ alone",
+        formatter_class=_HelpFormatter)
+    x.add_argument("action", choices=("export", "render"))
+    x.add_argument("--table", required=True, choices=("table2", "table3"))
+    x.add_argument("--scene", default="fdu")
+    x.add_argument("--dest", default="results", help="the results folder")
+    x.add_argument("--store", help="export: the results store of fedjax-sc reproduce --out")
+    x.add_argument("--methods", nargs="+", help="export: the methods (runs) to export")
+    x.add_argument("--seeds", type=int, default=1, help="export: seeds 0..N-1")
+    x.add_argument("--no-plots", dest="plots", action="store_false",
+                   help="render: no PNG figure (default: off, figure written)")
     r = sub.add_parser(
         "probe", help="privacy probe of the word-embedding upload (Fig. 5): top-K similar "
         "words of a query in the Client, Server and Agg tables, I_ser and I_ag",
@@ -255,6 +268,14 @@ def main(argv: list[str] | None = None) -> int:
             train(TrainConfig(**args))
         elif command == "reproduce":
             _reproduce(args)
+        elif command == "results":
+            from fedjax_sc.run import results
+            if args["action"] == "export":
+                if not args["store"] or not args["methods"]:
+                    raise ValueError("results export needs --store and --methods")
+                results.export(args["store"], args["dest"], args["scene"], args["table"],
+                               args["methods"], range(args["seeds"]))
+            print(results.render(args["dest"], args["scene"], args["table"], args["plots"]))
         elif command == "probe":
             from fedjax_sc.run.probe import probe
             probe(args["out"], args["client"], args["word"], bands=args["band"],

@@ -105,7 +105,7 @@ def plan(table: str, scene: str, embed_dim: int, d1s: Sequence[int] = TABLE7_D1,
         runs = [Run(m, {"algorithm": m}) for m in methods]
         source = paper.TABLE2 if table == "table2" else paper.TABLE3
         rows = [*_client_names(scene), "Avg"]
-        cells = {row: {m: Cell(m, _client_metric(table, m, row), source.get(scene, {})
+        cells = {row: {m: Cell(m, client_metric(table, m, row), source.get(scene, {})
                                .get(m, {}).get(row)) for m in methods} for row in rows}
         return runs, cells
     if table == "table4":
@@ -179,7 +179,10 @@ def _client_names(scene: str) -> tuple[str, ...]:
     return ()  # synthetic: the rows are read from the reports
 
 
-def _client_metric(table: str, method: str, client: str) -> Callable[[dict], float | None]:
+def client_metric(table: str, method: str, client: str) -> Callable[[dict], float | None]:
+    """Reads one Table 2/3 cell from a run's report: Ag^k (Table 2; each client's own model
+    for the methods without a global model, :data:`PERSONAL_AS_AG`) or Ap^k (Table 3), and
+    the average for ``client == "Avg"``."""
     key = "Ap" if table == "table3" else "Ag"
 
     def read(report: dict) -> float | None:
@@ -269,7 +272,7 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
                     reports[(run.name, seed)] = report
     if c0.scene == "synthetic" and table in TABLE23_METHODS and reports:
         names = [r["client"] for r in next(iter(reports.values()))["clients"]]
-        cells = {row: {m: cell._replace(metric=_client_metric(table, m, row)) for m, cell in
+        cells = {row: {m: cell._replace(metric=client_metric(table, m, row)) for m, cell in
                        next(iter(cells.values())).items()} for row in [*names, "Avg"]}
     text = format_table(table, c0, cells, reports, seeds)
     target = out / c0.scene / f"{table}.md"

@@ -1,0 +1,230 @@
+"""Results as data: the small files of a reproduction's runs kept in the repository, and the
+tables and figures regenerated from them alone, without retraining.
+
+``fedjax-sc results export`` copies, for each run of a table in a results store
+(:func:`fedjax_sc.run.reproduce.run_dir`), its ``config.json``, ``metrics.jsonl`` and, once
+the run has finished, ``report.json`` and ``report.md`` into
+``<dest>/<scene>/<table>/<run>-seed<s>/`` -- never checkpoints. Unfinished runs are exported
+too (the rounds done so far), so progress can be committed while a run goes on.
+
+``fedjax-sc results render`` reads such a folder and writes ``<dest>/<scene>/<table>.md``:
+ours beside the paper's figures per client and on average (Tables 2-3: Ag, the paper's
+Table 2, and Ap, its Table 3, from the same runs), the Ag curve every 10 rounds with the
+seconds per round, and ``<table>-convergence.png`` (Fig. 4: Ag per round, then Ap_t).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedjax_sc.run import paper
+from fedjax_sc.run.reproduce import TABLE23_METHODS, client_metric, run_dir
+
+SMALL_FILES = ("config.json", "metrics.jsonl", "report.json", "report.md")
+"""What a run keeps in the repository (no checkpoints, no vocabulary)."""
+
+
+def results_dir(dest: str | Path, scene: str, table: str, run: str, seed: int) -> Path:
+    """Where run ``run`` with seed ``seed`` of ``table`` lives under ``dest``."""
+    return Path(dest) / scene / table / f"{run}-seed{seed}"
+
+
+def export(store: str | Path, dest: str | Path, scene: str, table: str,
+           methods: Sequence[str], seeds: Sequence[int] = (0,),
+           log: Callable[[str], None] = print) -> list[Path]:
+    """Copies the small files of each ``(method, seed)`` run from ``store`` to ``dest``.
+
+    A run folder in ``dest`` is replaced as a whole (a finished run's report replaces the
+    partial export). Returns the folders written.
+
+    Raises:
+      FileNotFoundError: a run has no ``metrics.jsonl`` in the store yet.
+    """
+    written = []
+    for method in methods:
+        for seed in seeds:
+            source = run_dir(Path(store), scene, method, seed)
+            if not (source / "metrics.jsonl").is_file():
+                raise FileNotFoundError(f"{source}: no metrics.jsonl (not started?)")
+            target = results_dir(dest, scene, table, method, seed)
+            if target.exists():
+                shutil.rmtree(target)
+            target.mkdir(parents=True)
+            for name in SMALL_FILES:
+                if (source / name).is_file():
+                    shutil.copy2(source / name, target / name)
+            rounds = len(_round_rows(target))
+            done = "finished" if (target / "report.json").is_file() else "running"
+            log(f"{method} seed {seed}: {rounds} rounds, {done} -> {target}")
+            written.append(target)
+    return written
+
+
+def _round_rows(folder: Path) -> list[dict]:
+    rows = {}
+    for line in (folder / "metrics.jsonl").read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            if row.get("phase", "round") == "round":
+                rows[row["round"]] = row  # a resumed run's repeated round: the last one
+    return [rows[r] for r in sorted(rows)]
+
+
+def _runs(dest: Path, scene: str, table: str) -> dict[tuple[str, int], Path]:
+    folder = dest / scene / table
+    out = {}
+    for run in sorted(folder.glob("*-seed*")) if folder.is_dir() else []:
+        method, _, seed = run.name.rpartition("-seed")
+        out[(method, int(seed))] = run
+    return out
+
+
+def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
+    """Writes ``<dest>/<scene>/<table>.md`` (and the convergence PNG) from the exported runs of
+    a Table 2/3 reproduction; returns the Markdown.
+
+    Raises:
+      ValueError: a table other than table2/table3, or no exported run.
+    """
+    if table not in TABLE23_METHODS:
+        raise ValueError(f"results render covers table2 and table3, got {table!r}")
+    dest = Path(dest)
+    runs = _runs(dest, scene, table)
+    if not runs:
+        raise ValueError(f"no exported run in {dest / scene / table}")
+    order = [m for m in TABLE23_METHODS[table] if any(k[0] == m for k in runs)]
+    seeds = sorted({s for _, s in runs})
+    configs = {k: json.loads((v / "config.json").read_text()) for k, v in runs.items()}
+    reports = {k: json.loads((v / "report.json").read_text()) for k, v in runs.items()
+               if (v / "report.json").is_file()}
+    rows = {k: _round_rows(v) for k, v in runs.items()}
+    c = next(iter(configs.values()))
+    lines = [f"# {table.capitalize()} on {scene}: ours beside the paper's figures", "",
+             summary_table(order, seeds, reports, rows, c["rounds"], scene), "",
+             f"Ours: {c['rounds']} rounds, GloVe d = {c.get('embed_dim')} "
+             f"({c.get('embeddings')}), batch {c.get('batch_size')}, LR {c.get('lr')}, "
+             f"{c.get('local_epochs')} local epochs, L = {c.get('max_len')}, n_Z = "
+             f"{c.get('ap_evals')}, z = {c.get('ap_steps')}, mu = {c.get('ap_lr_mult')}; "
+             f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}. Paper: 50 "
+             f"rounds, 200d GloVe. Regenerate: `fedjax-sc results render --table {table} "
+             f"--scene {scene}`.", ""]
+    clients = [r["client"] for r in (next(iter(reports.values()))["clients"] if reports else
+                                     [])] or list(paper.TABLE2.get(scene, {}).get("fedavg", {}))
+    clients = [x for x in clients if x != "Avg"] + ["Avg"]
+    heads = []
+    for m in order:
+        progress = [len(rows[(m, s)]) for s in seeds if (m, s) in rows and (m, s) not in reports]
+        heads.append(m + (f" (running: round {max(progress)}/{c['rounds']})" if progress
+                          else ""))
+    for key, title, source in (("Ag", "Ag^k and Ag (paper: Table 2)", paper.TABLE2),
+                               ("Ap", "Ap^k and Ap (paper: Table 3)", paper.TABLE3)):
+        lines += [f"## {title}", "", "| client | " + " | ".join(heads) + " |",
+                  "|---|" + "---:|" * len(order)]
+        for client in clients:
+            cells = []
+            for m in order:
+                theirs = source.get(scene, {}).get(m, {}).get(client)
+                ours = _ours(m, client, key, seeds, reports, rows, clients)
+                cells.append(ours + ("" if theirs is None else f" ({theirs})"))
+            name = "**Avg**" if client == "Avg" else client
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["A running run shows its latest round's Ag^k (personalised accuracy for a "
+              "method without a global model) and no Ap yet.", ""]
+    lines += ["## Ag by round (every 10 rounds) and seconds per round", "",
+              "| method | " + " | ".join(f"round {r}" for r in _every(c["rounds"])) +
+              " | s / round (median) | Ap phase, s |",
+              "|---|" + "---:|" * (len(_every(c["rounds"])) + 2)]
+    for m in order:
+        for s in seeds:
+            if (m, s) not in rows:
+                continue
+            by_round = {r["round"]: r for r in rows[(m, s)]}
+            cells = []
+            for r in _every(c["rounds"]):
+                row = by_round.get(r)
+                value = None if row is None else (row.get("Ag") if row.get("Ag") is not None
+                                                  else _personal(row))
+                cells.append("" if value is None else f"{100 * value:.1f}"
+                             + (" (p)" if row.get("Ag") is None else ""))
+            secs = [r["seconds"] for r in rows[(m, s)]]
+            ap_s = reports.get((m, s), {}).get("timing", {}).get("ap_seconds")
+            lines.append(f"| {m} | " + " | ".join(cells) + f" | {np.median(secs):.0f} | "
+                         + ("" if ap_s is None else f"{ap_s:.0f}") + " |")
+    lines += ["", "(p): no global model; the clients' personalised accuracy before "
+              "fine-tuning. A blank cell: the run has not reached that round yet."]
+    text = "\n".join(lines) + "\n"
+    target = dest / scene / f"{table}.md"
+    if plots:
+        try:
+            from fedjax_sc.run import plots as plots_lib
+            first = seeds[0]
+            png = plots_lib.convergence_figure(
+                {m: runs[(m, first)] for m in order if (m, first) in runs},
+                dest / scene / f"{table}-convergence.png",
+                title=f"{scene}: Ag per round, then Ap_t (seed {first})")
+            text += f"\n![Ag per round, then Ap_t]({png.name})\n"
+        except ModuleNotFoundError as e:
+            text += f"\nFigure skipped: {e}\n"
+    target.write_text(text)
+    return text
+
+
+def summary_table(order: Sequence[str], seeds: Sequence[int], reports: dict, rows: dict,
+                  rounds: int, scene: str) -> str:
+    """The averages only: per method, rounds done, Ag and Ap (ours, mean over finished seeds)
+    beside the paper's Tables 2-3 (the README's results table)."""
+    lines = ["| method | rounds | Ag | Ag, paper | Ap | Ap, paper |", "|---|---:|---:|---:|---:|---:|"]
+    for m in order:
+        done = max(len(rows.get((m, s), [])) for s in seeds)
+        cells = [_ours(m, "Avg", key, seeds, reports, rows, ["Avg"]) for key in ("Ag", "Ap")]
+        theirs = [source.get(scene, {}).get(m, {}).get("Avg") for source in
+                  (paper.TABLE2, paper.TABLE3)]
+        fmt = lambda v: "n/a" if v is None else f"{v}"
+        lines.append(f"| {m} | {done} / {rounds} | {cells[0]} | {fmt(theirs[0])} | "
+                     f"{cells[1]} | {fmt(theirs[1])} |")
+    return "\n".join(lines)
+
+
+def _every(rounds: int) -> list[int]:
+    return [r for r in range(10, rounds + 1, 10)] or [rounds]
+
+
+def _personal(row: dict) -> float | None:
+    personal = row.get("personal") or {}
+    return next(iter(personal.values()), None)
+
+
+def _ours(method: str, client: str, key: str, seeds: Sequence[int], reports: dict,
+          rows: dict, clients: Sequence[str]) -> str:
+    """A cell: mean (+- std) over the finished seeds, ``n/a`` where the method has no such
+    figure; for a run still going, its latest round's Ag^k (Ag table) or ``pending``."""
+    table = "table2" if key == "Ag" else "table3"
+    done = [s for s in seeds if (method, s) in reports]
+    if not done:
+        latest = [rows[(method, s)][-1] for s in seeds if rows.get((method, s))]
+        if not latest:
+            return "not run"
+        if key == "Ap":
+            return "pending"
+        row = latest[0]
+        per_client = (row.get("Ag_per_client") if row.get("Ag") is not None
+                      else row.get("personal_per_client")) or []
+        if client == "Avg":
+            value = row.get("Ag") if row.get("Ag") is not None else _personal(row)
+        else:
+            value = per_client[clients.index(client)] if per_client else None
+        return "n/a" if value is None else f"{100 * value:.1f}"
+    values: list[Any] = [client_metric(table, method, client)(reports[(method, s)])
+                         for s in done]
+    values = [100 * v for v in values if v is not None]
+    if not values:
+        return "n/a"
+    mean = f"{np.mean(values):.1f}"
+    return mean + (f" +- {np.std(values, ddof=1):.1f}" if len(values) > 1 else "")

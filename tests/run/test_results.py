@@ -1,0 +1,47 @@
+"""Results as data: export a store's small files, regenerate the table from them alone."""
+
+import json
+
+from fedjax_sc.run.cli import main
+from fedjax_sc.run.reproduce import run_dir
+
+TINY = ["--scene", "synthetic", "--synthetic-clients", "2", "--synthetic-train", "16",
+        "--synthetic-test", "8", "--max-len", "8", "--embed-dim", "8", "--hidden", "4",
+        "--mlp-hidden", "6", "--ap-steps", "2", "--quick", "--no-plots"]
+
+
+def test_export_keeps_small_files_and_render_needs_nothing_else(tmp_path, capsys):
+    store, dest = tmp_path / "store", tmp_path / "results"
+    assert main(["reproduce", "table3", *TINY, "--methods", "fedavg", "fedper",
+                 "--out", str(store)]) == 0
+    capsys.readouterr()
+    export = ["results", "export", "--table", "table3", "--scene", "synthetic", "--store",
+              str(store), "--methods", "fedavg", "fedper", "--dest", str(dest), "--no-plots"]
+    assert main(export) == 0
+    run = dest / "synthetic" / "table3" / "fedavg-seed0"
+    assert sorted(p.name for p in run.iterdir()) == ["config.json", "metrics.jsonl",
+                                                       "report.json", "report.md"]
+    report = json.loads((run / "report.json").read_text())
+    md = (dest / "synthetic" / "table3.md").read_text()
+    avg = next(line for line in md.splitlines() if line.startswith("| **Avg**"))
+    assert f"| {100 * report['Ag']:.1f} | n/a |" in avg  # FedPer has no global model
+    # the store can go: the table comes from the results folder alone
+    for p in sorted(store.rglob("*"), reverse=True):
+        p.unlink() if p.is_file() else p.rmdir()
+    assert main(["results", "render", "--table", "table3", "--scene", "synthetic",
+                 "--dest", str(dest), "--no-plots"]) == 0
+    assert (dest / "synthetic" / "table3.md").read_text() == md
+
+
+def test_a_running_run_is_exported_with_its_rounds_so_far(tmp_path, capsys):
+    store, dest = tmp_path / "store", tmp_path / "results"
+    assert main(["reproduce", "table3", *TINY, "--methods", "fedavg", "--out",
+                 str(store)]) == 0
+    (run_dir(store, "synthetic", "fedavg", 0) / "report.json").unlink()  # as if still going
+    capsys.readouterr()
+    assert main(["results", "export", "--table", "table3", "--scene", "synthetic",
+                 "--store", str(store), "--methods", "fedavg", "--dest", str(dest)]) == 0
+    out = capsys.readouterr().out
+    assert "fedavg seed 0: 1 rounds, running" in out
+    assert "fedavg (running: round 1/1)" in out and "| pending |" in out
+    assert (dest / "synthetic" / "table3-convergence.png").stat().st_size > 1000

@@ -1,0 +1,23 @@
+"""The README's library snippet runs as printed (at most 15 lines) and learns."""
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_the_readme_snippet_runs_as_printed():
+    text = README.read_text()
+    section = text[text.index("## Using the library"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert len(code.strip().splitlines()) <= 15
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, str(README), "exec"), {"__name__": "readme"})
+    lines = out.getvalue().splitlines()
+    assert [int(line.split()[0]) for line in lines[:10]] == list(range(1, 11))
+    first, last = (float(lines[i].split()[-1]) for i in (0, 9))
+    ap = float(lines[10].split()[-1])
+    assert last > max(first, 0.6) and 0.6 < ap <= 1.0  # above chance: it learns
