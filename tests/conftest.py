@@ -63,3 +63,23 @@ def fdu_dir() -> Path:
     if not (path / "apparel.task.train").is_file():
         pytest.skip(f"FDU-MTL corpus not found at {path} (set FEDJAX_SC_FDU_DIR)")
     return path
+
+
+TINY_DIMS = dict(embed_dim=8, hidden=4, mlp_hidden=6)
+"""The model sizes of the tiny FedAvg scene below (with :func:`scene`, one compiled round
+serves the round's tests and the baselines')."""
+
+
+@pytest.fixture(scope="session")
+def scene():
+    """A 3-client synthetic scene of unequal client sizes (a test module may override it)."""
+    from fedjax_sc.data.scenes import synthetic_scene
+    return synthetic_scene(num_clients=3, train_per_client=14, test_per_client=6, max_len=10,
+                           seed=3)
+
+
+@pytest.fixture(scope="session")
+def model(scene):
+    """The TextClassifier of :func:`scene` with :data:`TINY_DIMS`."""
+    from fedjax_sc.models.text_classifier import TextClassifier
+    return TextClassifier(vocab_size=len(scene.vocab), **TINY_DIMS)

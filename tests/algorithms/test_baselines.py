@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedjax_sc.algorithms import fedkc as fedkc_lib
-from fedjax_sc.algorithms.asp import asp, orthogonality
+from fedjax_sc.algorithms.asp import orthogonality
 from fedjax_sc.algorithms.base import Batch, ClientStart
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.fedfusion import fedfusion
@@ -21,26 +21,12 @@ from fedjax_sc.algorithms.indiv import indiv
 from fedjax_sc.algorithms.losses import mmd
 from fedjax_sc.core import communication
 from fedjax_sc.core import round as rnd
-from fedjax_sc.core.multitask import build_multitask_round
 from fedjax_sc.data.client_data import client_data
-from fedjax_sc.data.scenes import synthetic_scene
-from fedjax_sc.models.asp import ASPClassifier, gradient_reversal
+from fedjax_sc.models.asp import gradient_reversal
 from fedjax_sc.models.fusion import FusionClassifier
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
 
-DIMS = dict(embed_dim=8, hidden=4, mlp_hidden=6)
-
-
-@pytest.fixture(scope="module")
-def scene():
-    # tests/run/test_round.py's scene and DIMS: the FedAvg round below is compiled once for both
-    return synthetic_scene(num_clients=3, train_per_client=14, test_per_client=6, max_len=10,
-                           seed=3)
-
-
-@pytest.fixture(scope="module")
-def model(scene):
-    return TextClassifier(vocab_size=len(scene.vocab), **DIMS)
+DIMS = dict(embed_dim=8, hidden=4, mlp_hidden=6)  # conftest's TINY_DIMS: the shared scene's model
 
 
 @pytest.fixture(scope="module")
@@ -184,63 +170,6 @@ def test_indiv_never_communicates_and_trains_each_client_alone(scene, model, par
     _, solo, _ = _run(alg, scene, params, rounds=2, data=alone)
     chex.assert_trees_all_close(jax.tree.map(lambda a: a[0], clients.private),
                                 jax.tree.map(lambda a: a[0], solo.private), atol=1e-6)
-
-
-def test_fs_equals_fedavg_with_one_client_holding_all_data(tmp_path):
-    import dataclasses
-
-    from fedjax_sc.run.train import TrainConfig, build_setup, load_scene, train
-    c = TrainConfig(algorithm="fs", rounds=2, synthetic_clients=3, synthetic_train=12,
-                    synthetic_test=4, max_len=8, embed_dim=8, hidden=4, mlp_hidden=6, ap=False,
-                    batch_size=4, local_epochs=1, out=str(tmp_path / "fs"))
-    report = train(c, log=lambda s: None)
-    c = dataclasses.replace(c, algorithm="fedavg").resolved()
-    scene = load_scene(c)
-    setup = build_setup(c, scene, log=lambda s: None)
-    pooled = client_data(scene.train.pooled(), local_vocab=True)
-    assert pooled.num_clients == 1 and int(pooled.counts[0]) == int(scene.train.counts.sum())
-    step = jax.jit(rnd.build_round(setup.algorithm, batch_size=4, local_epochs=1))
-    state, clients = setup.state, rnd.ClientStates({})
-    for _ in range(2):
-        state, clients, _ = step(state, clients, pooled, setup.train_key)
-    chex.assert_trees_all_close(report["params"], state.params, atol=1e-6)
-
-
-def test_multitask_round_with_one_client_equals_the_federated_round(scene):
-    model = ASPClassifier(vocab_size=len(scene.vocab), num_domains=1, **DIMS)
-    alg = asp(model, 0.1)
-    params = init_params(model, jax.random.key(0))
-    one = type(scene.train)(*(np.asarray(getattr(scene.train, f))[1:2] for f in
-                              ("tokens", "labels", "mask", "counts")))
-    data = client_data(one)
-    central, c_clients, c_metrics = _run(alg, scene, params, rounds=2, data=data,
-                                         builder=build_multitask_round)
-    federated, f_clients, _ = _run(alg._replace(central=None), scene, params,
-                                   rounds=2, data=data)
-    chex.assert_trees_all_close(central.params, federated.params, atol=1e-5)
-    chex.assert_trees_all_close(c_clients.private, f_clients.private, atol=1e-5)
-    assert {"adversarial", "domain_accuracy", "orthogonality"} <= set(c_metrics.aux)
-
-
-def test_multitask_round_leaves_a_client_without_data_unchanged(scene):
-    model = ASPClassifier(vocab_size=len(scene.vocab), num_domains=3, **DIMS)
-    alg = asp(model, 0.1)
-    arrays = scene.train
-    mask = np.asarray(arrays.mask).copy()
-    mask[2] = False
-    counts = np.asarray(arrays.counts).copy()
-    counts[2] = 0
-    data = client_data(type(arrays)(arrays.tokens, arrays.labels, mask, counts))
-    params = init_params(model, jax.random.key(0))
-    state, clients, metrics = _run(alg, scene, params, data=data,
-                                   builder=build_multitask_round)
-    start = rnd.init_states(alg, params, 3)[1]
-    chex.assert_trees_all_equal(jax.tree.map(lambda a: a[2], clients.private),
-                                jax.tree.map(lambda a: a[2], start.private))
-    assert int(metrics.steps[2]) == 0 and int(metrics.steps[0]) > 0
-    with pytest.raises(ValueError, match="global vocabulary ids"):
-        build_multitask_round(alg, batch_size=4, local_epochs=1)(
-            state, clients, client_data(arrays, local_vocab=True), jax.random.key(0))
 
 
 def test_fedkc_exchange_never_sees_a_private_leaf(scene, params):

@@ -13,18 +13,7 @@ from fedjax_sc.core import round as rnd
 from fedjax_sc.core.local import epoch_schedule
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.scenes import synthetic_scene
-from fedjax_sc.models.text_classifier import TextClassifier, init_params
-
-
-@pytest.fixture(scope="module")
-def scene():
-    return synthetic_scene(num_clients=3, train_per_client=14, test_per_client=6, max_len=10,
-                           seed=3)
-
-
-@pytest.fixture(scope="module")
-def model(scene):
-    return TextClassifier(vocab_size=len(scene.vocab), embed_dim=8, hidden=4, mlp_hidden=6)
+from fedjax_sc.models.text_classifier import init_params
 
 
 @pytest.fixture(scope="module")
