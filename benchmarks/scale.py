@@ -6,8 +6,16 @@ memory belong to that configuration alone):
   * compile seconds (reported apart) and seconds per round (mean of the timed rounds, the host
     gather/scatter of data and private state included);
   * client-steps per second;
-  * XLA's memory analysis of the compiled round (arguments + outputs + temporaries: the
-    device memory the round needs) and the process's peak resident memory.
+  * XLA's memory analysis of the compiled round (arguments + outputs + temporaries - donated
+    buffers reused for outputs: the device memory the round needs), with the server and
+    client states donated (as ``fedjax-sc train`` runs it) and without donation; the device's
+    own peak when it reports one (GPU/TPU ``memory_stats``); the process's peak resident
+    memory.
+
+``--memory-gb G`` instead finds the largest number of clients per round whose compiled round
+fits in G GiB: XLA's memory of the donated round is linear in M (the client axis), so two
+compilations (M = 16, 64) give its slope and intercept, the solution is rounded down to a
+multiple of the devices and checked by compiling it (and one device-multiple more).
 
 Configurations:
 
@@ -22,6 +30,7 @@ Usage::
     python benchmarks/scale.py                                   # synthetic M = 16, 64, 256
     python benchmarks/scale.py --fdu-dir ../shared/data/fdu-mtl  # + the 1,000-client FDU scene
     python benchmarks/scale.py --sampled 16 64 --examples 8 --rounds 1   # a quick look
+    python benchmarks/scale.py --memory-gb 16                    # largest M for 16 GiB
 """
 
 from __future__ import annotations
@@ -47,6 +56,54 @@ sys.path.insert(0, str(Path(__file__).parent))
 from round_speed import synthetic_arrays  # noqa: E402  (benchmark helper beside this file)
 
 
+def _xla_bytes(compiled) -> int | None:
+    """The device memory XLA plans for a compiled program (donated inputs counted once)."""
+    mem = compiled.memory_analysis()
+    return None if mem is None else int(
+        mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
+        - mem.alias_size_in_bytes)
+
+
+def compile_round(args, sampled: int, donate: bool = True):
+    """The round of ``sampled`` synthetic clients, lowered and compiled (not run)."""
+    arrays = synthetic_arrays(sampled, args.examples, args.max_len, args.vocab, args.local_vocab)
+    host = host_client_data(arrays, local_vocab=True)
+    algorithm = build_algorithm(args.algorithm, vocab_size=args.vocab, num_classes=2,
+                                embed_dim=args.embed_dim, hidden=args.hidden,
+                                mlp_hidden=args.mlp_hidden, dtype=args.dtype)
+    state, clients = init_states(algorithm, init_params(algorithm.model, jax.random.key(0)),
+                                 sampled)
+    mesh = sharding.client_mesh()
+    feed = participation.ClientFeed(host, clients.private, mesh, None, seed=0)
+    data, private = feed.inputs(feed.sample(1))
+    fn = jax.jit(build_round(algorithm, batch_size=args.batch, local_epochs=args.local_epochs),
+                 donate_argnums=(0, 1) if donate else ())
+    return fn.lower(sharding.put_replicated(state, mesh), ClientStates(private), data,
+                    jax.random.key(1)).compile()
+
+
+def fit_memory(args) -> dict:
+    """Largest M whose donated round fits in ``args.memory_gb`` GiB (see the docstring)."""
+    budget = args.memory_gb * 2**30
+    devices = len(jax.devices())
+    probe = {m: _xla_bytes(compile_round(args, m)) for m in (16, 64)}
+    if None in probe.values():
+        return {"probe": probe, "max_sampled": None}
+    slope = (probe[64] - probe[16]) / 48
+    base = probe[16] - 16 * slope
+    m = max(devices, int((budget - base) // slope) // devices * devices)
+    checked = {m: _xla_bytes(compile_round(args, m)),
+               m + devices: _xla_bytes(compile_round(args, m + devices))}
+    while m > devices and checked[m] > budget:  # the linear fit was optimistic
+        m -= devices
+        checked[m] = _xla_bytes(compile_round(args, m))
+    while checked[m + devices] <= budget:  # ... or pessimistic
+        m += devices
+        checked[m + devices] = _xla_bytes(compile_round(args, m + devices))
+    return {"probe": probe, "bytes_per_client": slope, "fixed_bytes": base,
+            "max_sampled": m, "checked": checked, "devices": devices}
+
+
 def measure(args) -> dict:
     """One configuration in this process: build, compile, time ``args.rounds`` rounds."""
     t = time.perf_counter()
@@ -64,29 +121,26 @@ def measure(args) -> dict:
     setup_s = time.perf_counter() - t
     algorithm = build_algorithm(args.algorithm, vocab_size=vocab, num_classes=2,
                                 embed_dim=args.embed_dim, hidden=args.hidden,
-                                mlp_hidden=args.mlp_hidden)
+                                mlp_hidden=args.mlp_hidden, dtype=args.dtype)
     state, clients = init_states(algorithm, init_params(algorithm.model, jax.random.key(0)),
                                  host.num_clients)
     mesh = sharding.client_mesh()
     state = sharding.put_replicated(state, mesh)
     feed = participation.ClientFeed(host, clients.private, mesh, args.sampled, seed=0)
-    fn = jax.jit(build_round(algorithm, batch_size=args.batch, local_epochs=args.local_epochs),
-                 donate_argnums=(0,))
+    round_fn = build_round(algorithm, batch_size=args.batch, local_epochs=args.local_epochs)
     key = jax.random.key(1)
-    t = time.perf_counter()
     data, private = feed.inputs(feed.sample(1))
-    step = fn.lower(state, ClientStates(private), data, key).compile()
+    plain = jax.jit(round_fn).lower(state, ClientStates(private), data, key).compile()
+    t = time.perf_counter()
+    step = jax.jit(round_fn, donate_argnums=(0, 1)).lower(
+        state, ClientStates(private), data, key).compile()
     compile_s = time.perf_counter() - t
-    mem = step.memory_analysis()
-    xla_bytes = None if mem is None else int(
-        mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
-        - mem.alias_size_in_bytes)
     seconds, steps = [], 0
     for r in range(1, args.rounds + 2):  # round 1 is a warm-up
         t = time.perf_counter()
         idx = feed.sample(r)
         data, private = feed.inputs(idx)
-        state, new, m = step(state, ClientStates(private), data, key)
+        state, new, m = step(state, ClientStates(private), data, key)  # donates both states
         feed.update(idx, new.private)
         jax.block_until_ready(state.params)
         if r > 1:
@@ -96,7 +150,8 @@ def measure(args) -> dict:
             "max_examples": int(host.tokens.shape[1]), "local_vocab_width":
             int(host.vocab_ids.shape[1]), "setup_s": setup_s, "compile_s": compile_s,
             "round_s": float(np.mean(seconds)), "client_steps_per_s": steps / sum(seconds),
-            "xla_round_bytes": xla_bytes,
+            "xla_round_bytes": _xla_bytes(step), "xla_round_bytes_no_donation": _xla_bytes(plain),
+            "device_peak_bytes": (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use"),
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
@@ -112,11 +167,15 @@ def run_child(args, **overrides) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _mb(b) -> str:
+    return "n/a" if b is None else f"{b / 2**20:,.1f} MiB"
+
+
 def show(label: str, r: dict) -> None:
-    mb = lambda b: "n/a" if b is None else f"{b / 2**20:,.0f} MiB"
     print(f"{label:<34} compile {r['compile_s']:6.1f} s | {r['round_s']:7.2f} s/round | "
           f"{r['client_steps_per_s']:6.1f} client-steps/s | XLA round memory "
-          f"{mb(r['xla_round_bytes'])} | peak RSS {mb(r['peak_rss_bytes'])} "
+          f"{_mb(r['xla_round_bytes'])} donated, {_mb(r['xla_round_bytes_no_donation'])} not "
+          f"| device peak {_mb(r['device_peak_bytes'])} | peak RSS {_mb(r['peak_rss_bytes'])} "
           f"(examples/client <= {r['max_examples']}, R = {r['local_vocab_width']})",
           flush=True)
 
@@ -144,9 +203,25 @@ def main() -> None:
     p.add_argument("--fdu-clients", type=int, default=1000)
     p.add_argument("--fdu-sampled", type=int, default=100)
     p.add_argument("--alpha", type=float, default=1.0)
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    p.add_argument("--memory-gb", type=float, dest="memory_gb",
+                   help="find the largest number of clients per round that fits in this "
+                   "many GiB (XLA's memory of the donated round)")
     args = p.parse_args()
     if args.child:
-        print(json.dumps(measure(args)))
+        print(json.dumps(fit_memory(args) if args.memory_gb else measure(args)))
+        return
+    if args.memory_gb:
+        r = run_child(args)
+        print(f"jax {jax.__version__} on {jax.devices()[0].platform} x {len(jax.devices())}; "
+              f"{args.algorithm} {args.dtype}, {args.examples} examples/client, L "
+              f"{args.max_len}, d {args.embed_dim}", flush=True)
+        print("XLA round memory (donated): " + ", ".join(
+            f"M = {m}: {_mb(b)}" for m, b in sorted({**r["probe"], **r.get("checked", {})}
+                                                     .items(), key=lambda x: int(x[0]))))
+        if r["max_sampled"] is not None:
+            print(f"{_mb(r['bytes_per_client'])} per client + {_mb(r['fixed_bytes'])}: "
+                  f"at most M = {r['max_sampled']} clients per round in {args.memory_gb:g} GiB")
         return
     print(f"jax {jax.__version__} on {jax.devices()[0].platform} x {len(jax.devices())}; "
           f"{args.algorithm}, L {args.max_len}, d {args.embed_dim}, hidden {args.hidden}, "

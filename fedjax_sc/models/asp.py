@@ -67,6 +67,7 @@ class ASPClassifier(nn.Module):
     Attributes:
       vocab_size, embed_dim, hidden, mlp_hidden, num_classes: as ``TextClassifier``.
       num_domains: number of domains (clients) the discriminator tells apart.
+      dtype: the computation dtype (float32 parameters, features and logits).
     """
 
     vocab_size: int
@@ -75,19 +76,20 @@ class ASPClassifier(nn.Module):
     mlp_hidden: int = 128
     num_classes: int = 2
     num_domains: int = 2
+    dtype: str = "float32"
 
     def setup(self):
-        self.embedding = Embedding(self.vocab_size, self.embed_dim)
-        self.encoder = BiGRU(self.hidden)
-        self.private_encoder = BiGRU(self.hidden)
-        self.private_classifier = MLP(self.mlp_hidden, self.num_classes)
-        self.discriminator = MLP(self.mlp_hidden, self.num_domains)
+        self.embedding = Embedding(self.vocab_size, self.embed_dim, self.dtype)
+        self.encoder = BiGRU(self.hidden, self.dtype)
+        self.private_encoder = BiGRU(self.hidden, self.dtype)
+        self.private_classifier = MLP(self.mlp_hidden, self.num_classes, self.dtype)
+        self.discriminator = MLP(self.mlp_hidden, self.num_domains, self.dtype)
 
     def __call__(self, tokens: jax.Array) -> ASPOutput:
         """int32 ``[batch, len]`` tokens -> :class:`ASPOutput`."""
         mask = tokens != PAD
         x = self.embedding(tokens)
-        s = seq_mean(self.encoder(x, mask), mask)
-        p = seq_mean(self.private_encoder(x, mask), mask)
+        s = seq_mean(self.encoder(x, mask), mask).astype(jnp.float32)
+        p = seq_mean(self.private_encoder(x, mask), mask).astype(jnp.float32)
         return ASPOutput(self.private_classifier(jnp.concatenate([s, p], -1)), s, p,
                          self.discriminator(gradient_reversal(s, 1.0)))

@@ -61,6 +61,7 @@ class FusionClassifier(nn.Module):
     Attributes:
       vocab_size, embed_dim, hidden, mlp_hidden, num_classes: as ``TextClassifier``.
       fusion: the operator, one of :data:`FUSIONS`.
+      dtype: the computation dtype (float32 parameters, features and logits).
     """
 
     vocab_size: int
@@ -69,19 +70,20 @@ class FusionClassifier(nn.Module):
     mlp_hidden: int = 128
     num_classes: int = 2
     fusion: str = "conv"
+    dtype: str = "float32"
 
     def setup(self):
         if self.fusion not in FUSIONS:
             raise ValueError(f"unknown fusion {self.fusion!r}; choose from {FUSIONS}")
-        self.embedding = Embedding(self.vocab_size, self.embed_dim)
-        self.encoder = BiGRU(self.hidden)
+        self.embedding = Embedding(self.vocab_size, self.embed_dim, self.dtype)
+        self.encoder = BiGRU(self.hidden, self.dtype)
         self.fuse = Fusion(self.fusion)
-        self.classifier = MLP(self.mlp_hidden, self.num_classes)
+        self.classifier = MLP(self.mlp_hidden, self.num_classes, self.dtype)
 
     def features(self, tokens: jax.Array) -> jax.Array:
         """Pooled features of this model's extractor: float32 ``[batch, 2 * hidden]``."""
         mask = tokens != PAD
-        return seq_mean(self.encoder(self.embedding(tokens), mask), mask)
+        return seq_mean(self.encoder(self.embedding(tokens), mask), mask).astype(jnp.float32)
 
     def __call__(self, tokens: jax.Array, global_features: jax.Array | None = None
                  ) -> jax.Array:

@@ -80,6 +80,8 @@ class PrivateSharedClassifier(nn.Module):
         on ``[o_s, o_p]`` giving the private branch's weight in the mixture.
       furl_dim: size of FURL's private user vector concatenated to both pooled features
         (0: none).
+      dtype: the computation dtype (see :class:`~fedjax_sc.models.text_classifier.
+        TextClassifier`); features and logits are returned in float32.
     """
 
     vocab_size: int
@@ -91,24 +93,26 @@ class PrivateSharedClassifier(nn.Module):
     projection: bool = True
     gated: bool = False
     furl_dim: int = 0
+    dtype: str = "float32"
 
     def setup(self):
         if self.private_from not in PRIVATE_FROM:
             raise ValueError(f"private_from must be one of {PRIVATE_FROM}, "
                              f"got {self.private_from!r}")
         f = 2 * self.hidden + self.furl_dim
-        self.embedding = Embedding(self.vocab_size, self.embed_dim)
-        self.encoder = BiGRU(self.hidden)
+        dtype = self.dtype
+        self.embedding = Embedding(self.vocab_size, self.embed_dim, dtype)
+        self.encoder = BiGRU(self.hidden, dtype)
         if self.private_from == "embedding":
-            self.private_embedding = Embedding(self.vocab_size, self.embed_dim)
+            self.private_embedding = Embedding(self.vocab_size, self.embed_dim, dtype)
         if self.private_from in ("encoder", "embedding"):
-            self.private_encoder = BiGRU(self.hidden)
+            self.private_encoder = BiGRU(self.hidden, dtype)
         if self.projection:
-            self.shared_projection = nn.Dense(f)
-            self.private_projection = nn.Dense(f)
-        self.shared_classifier = MLP(self.mlp_hidden, self.num_classes)
-        self.private_classifier = MLP(self.mlp_hidden, self.num_classes)
-        self.gate = nn.Dense(1) if self.gated else None
+            self.shared_projection = nn.Dense(f, dtype=dtype)
+            self.private_projection = nn.Dense(f, dtype=dtype)
+        self.shared_classifier = MLP(self.mlp_hidden, self.num_classes, dtype)
+        self.private_classifier = MLP(self.mlp_hidden, self.num_classes, dtype)
+        self.gate = nn.Dense(1, dtype=dtype) if self.gated else None
         self.user = UserVector(self.furl_dim) if self.furl_dim else None
 
     def _shared_features(self, tokens: jax.Array, personal: bool):
@@ -138,8 +142,9 @@ class PrivateSharedClassifier(nn.Module):
         gate = None
         if self.gate is not None:
             gate = nn.sigmoid(self.gate(jnp.concatenate([o_s, o_p], -1))[:, 0])
+        f32 = lambda x: None if x is None else x.astype(jnp.float32)
         return TwoBranchOutput(self.shared_classifier(o_s), self.private_classifier(o_p),
-                               o_s, o_p, gate)
+                               f32(o_s), f32(o_p), f32(gate))
 
     def global_logits(self, tokens: jax.Array) -> jax.Array:
         """Logits g_s of the global model: the shared branch alone, FURL's vector zero.

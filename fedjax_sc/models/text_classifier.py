@@ -51,9 +51,12 @@ class BiGRU(nn.Module):
 
     Attributes:
       hidden: hidden size per direction (paper: 64).
+      dtype: the computation dtype (``"float32"`` or ``"bfloat16"``); the parameters are
+        float32 and cast to it (Flax's ``dtype`` / ``param_dtype`` convention).
     """
 
     hidden: int = 64
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:
@@ -68,11 +71,15 @@ class BiGRU(nn.Module):
         """
         h = self.hidden
         d = x.shape[-1]
+        f32, dtype = jnp.float32, jnp.dtype(self.dtype)
         w_in = self.param("input_kernel", nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2)),
-                          (d, 2, 3 * h), x.dtype)
-        b_in = self.param("input_bias", nn.initializers.zeros_init(), (2, 3 * h), x.dtype)
-        w_rec = self.param("recurrent_kernel", _orthogonal_per_direction, (2, h, 3 * h), x.dtype)
-        b_rec = self.param("recurrent_bias", nn.initializers.zeros_init(), (2, 3 * h), x.dtype)
+                          (d, 2, 3 * h), f32).astype(dtype)
+        b_in = self.param("input_bias", nn.initializers.zeros_init(), (2, 3 * h), f32).astype(dtype)
+        w_rec = self.param("recurrent_kernel", _orthogonal_per_direction, (2, h, 3 * h),
+                           f32).astype(dtype)
+        b_rec = self.param("recurrent_bias", nn.initializers.zeros_init(), (2, 3 * h),
+                           f32).astype(dtype)
+        x = x.astype(dtype)
 
         # [len, 2, batch, 3h] input projections of every step and both directions: one matmul.
         proj = (x.reshape(-1, d) @ w_in.reshape(d, 6 * h)).reshape(x.shape[0], x.shape[1], 2,
@@ -103,19 +110,21 @@ class Embedding(nn.Module):
     Attributes:
       vocab_size: V, rows created by ``init``.
       embed_dim: d.
+      dtype: the dtype of the rows it returns (the table is float32).
     """
 
     vocab_size: int
     embed_dim: int
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, tokens: jax.Array) -> jax.Array:
-        """int ``[...]`` ids -> float32 ``[..., d]`` rows of the table."""
+        """int ``[...]`` ids -> ``[..., d]`` rows of the table, in ``dtype``."""
         table = self.variable(
             "params", "embedding",
             lambda: nn.initializers.normal(stddev=1.0)(
                 self.make_rng("params"), (self.vocab_size, self.embed_dim), jnp.float32))
-        return jnp.take(table.value, tokens, axis=0)
+        return jnp.take(table.value, tokens, axis=0).astype(self.dtype)
 
 
 def seq_mean(states: jax.Array, mask: jax.Array) -> jax.Array:
@@ -140,15 +149,17 @@ class MLP(nn.Module):
       hidden: width of the hidden layer (the paper does not give it; default 128 = 2 x 64,
         the width of the pooled BiGRU feature).
       num_classes: C.
+      dtype: the computation dtype (float32 parameters); the logits are float32.
     """
 
     hidden: int = 128
     num_classes: int = 2
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = nn.relu(nn.Dense(self.hidden, name="hidden")(x))
-        return nn.Dense(self.num_classes, name="output")(x)
+        x = nn.relu(nn.Dense(self.hidden, dtype=self.dtype, name="hidden")(x))
+        return nn.Dense(self.num_classes, dtype=self.dtype, name="output")(x).astype(jnp.float32)
 
 
 class UserVector(nn.Module):
@@ -197,6 +208,9 @@ class TextClassifier(nn.Module):
       mlp_hidden: classifier hidden width (not given by the paper; default 128).
       num_classes: C (FDU: 2, IYY: 5).
       furl_dim: size of FURL's private user vector (0: none).
+      dtype: the computation dtype, ``"float32"`` or ``"bfloat16"`` (mixed precision): the
+        parameters, the optimizer state and the aggregation stay float32; pooled features
+        and logits are returned in float32 for the losses.
     """
 
     vocab_size: int
@@ -205,11 +219,12 @@ class TextClassifier(nn.Module):
     mlp_hidden: int = 128
     num_classes: int = 2
     furl_dim: int = 0
+    dtype: str = "float32"
 
     def setup(self):
-        self.embedding = Embedding(self.vocab_size, self.embed_dim)
-        self.encoder = BiGRU(self.hidden)
-        self.classifier = MLP(self.mlp_hidden, self.num_classes)
+        self.embedding = Embedding(self.vocab_size, self.embed_dim, self.dtype)
+        self.encoder = BiGRU(self.hidden, self.dtype)
+        self.classifier = MLP(self.mlp_hidden, self.num_classes, self.dtype)
         self.user = UserVector(self.furl_dim) if self.furl_dim else None
 
     def features(self, tokens: jax.Array) -> jax.Array:
@@ -225,7 +240,7 @@ class TextClassifier(nn.Module):
         """
         mask = tokens != PAD
         states = self.encoder(self.embedding(tokens), mask)
-        return seq_mean(states, mask)
+        return seq_mean(states, mask).astype(jnp.float32)
 
     def __call__(self, tokens: jax.Array) -> jax.Array:
         """Logits g (Eq. 4) of a client's model: float32 ``[batch, num_classes]``."""

