@@ -134,6 +134,7 @@ class ClientFeed:
         from fedjax_sc.core import sharding  # placement only
 
         self._put = lambda tree: sharding.put_clients(tree, mesh)
+        self._get = sharding.to_host
         self.devices = mesh.size
         self.data = data
         self.num_clients = data.num_clients
@@ -196,5 +197,5 @@ class ClientFeed:
         """Keeps the round's new private leaves of clients ``idx`` (padding rows dropped)."""
         if self.resident:
             self.private = private
-        elif jax.tree.leaves(private):
-            self.private = scatter(self.private, idx, jax.device_get(private))
+        elif jax.tree.leaves(private):  # gathered from every process's devices
+            self.private = scatter(self.private, idx, self._get(private))

@@ -64,3 +64,17 @@ def put_replicated(tree: Any, mesh: Mesh) -> Any:
     return jax.tree.map(
         lambda x: jax.make_array_from_callback(np.shape(x), sharding,
                                                lambda idx: np.asarray(x)[idx]), tree)
+
+
+def to_host(tree: Any) -> Any:
+    """Every leaf as a NumPy array on this host, whole: a leaf sharded over several processes'
+    devices (not fully addressable here) is gathered from all of them
+    (``multihost_utils.process_allgather``, a collective: every process must call it)."""
+    from jax.experimental import multihost_utils
+
+    def get(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        return np.asarray(jax.device_get(x))
+
+    return jax.tree.map(get, tree)
