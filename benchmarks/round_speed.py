@@ -1,16 +1,22 @@
 """Speed of the compiled federated round at the paper's FDU shapes, with same-run references.
 
-Prints, all measured in this one run on this machine:
-  * client-steps per second of the compiled FedAvg round (16 clients, batch 8, L 200, d 200,
-    hidden 64, V 50k by default), compile time reported separately;
-  * throughput of a large float32 matmul (the machine's practical FLOP/s ceiling) and the
-    ratio of the model's useful training FLOP/s to it;
+Prints, all measured in this one run on whatever device JAX sees (its name first):
+  * client-steps per second of the compiled round, every client under ``vmap`` (FedAvg, 16
+    clients, batch 8, L 200, d 200, hidden 64, V 50k by default), compile time apart;
+  * the same per-client code (``core.round.build_client_update``, jitted) looped over one
+    client at a time, then the server's weighted mean: fedjax's ``for_each_client`` style;
   * if PyTorch is importable, a plain PyTorch loop over clients with the same model (Embedding
-    -> BiGRU -> mean -> MLP, SGD momentum) and the speed ratio to it.
+    -> BiGRU -> mean -> MLP, SGD momentum), on CUDA when PyTorch sees a GPU;
+  * the ratios between them, and the throughput of a large float32 matmul (the device's
+    practical FLOP/s ceiling) with the model's share of it;
+  * with ``--sweep M ...`` (default 16 64 256 on an accelerator), the vmapped round's
+    client-steps/s as the number of clients per round grows (``--sweep-examples`` each).
 
 Usage::
 
     python benchmarks/round_speed.py                      # paper shapes
+    python benchmarks/round_speed.py --embed-dim 50       # the GloVe 6B 50d runs' d
+    python benchmarks/round_speed.py --dtype bfloat16     # mixed precision
     python benchmarks/round_speed.py --dense-embedding    # train the full [V, d] table
     python benchmarks/round_speed.py --clients 4 --examples 16 --rounds 1   # a quick look
 
@@ -27,7 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_sc.core.round import build_round, init_states
+from fedjax_sc.algorithms.aggregate import example_weights
+from fedjax_sc.core.round import build_client_update, build_round, init_states
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.scenes import ClientArrays
 from fedjax_sc.models.text_classifier import init_params
@@ -86,9 +93,18 @@ def torch_reference(args, steps: int) -> float | None:
         def forward(self, x):
             return self.mlp(self.gru(self.emb(x))[0].mean(1))
 
-    nets = [Net() for _ in range(args.clients)]
-    x = torch.randint(2, args.vocab, (args.batch, args.max_len))
-    y = torch.randint(0, 2, (args.batch,))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    nets = [Net().to(device) for _ in range(args.clients)]
+    x = torch.randint(2, args.vocab, (args.batch, args.max_len), device=device)
+    y = torch.randint(0, 2, (args.batch,), device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    warm = Net().to(device)  # warm-up: kernels, cuDNN plans, the optimizer's first-step setup
+    warm_opt = torch.optim.SGD(warm.parameters(), lr=0.01, momentum=0.9)
+    for _ in range(2):
+        warm_opt.zero_grad()
+        torch.nn.functional.cross_entropy(warm(x), y).backward()
+        warm_opt.step()
+    sync()
     t = time.perf_counter()
     for net in nets:  # the usual simulation: one client after the other
         opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
@@ -96,7 +112,41 @@ def torch_reference(args, steps: int) -> float | None:
             opt.zero_grad()
             torch.nn.functional.cross_entropy(net(x), y).backward()
             opt.step()
+    sync()
+    print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}")
     return args.clients * steps / (time.perf_counter() - t)
+
+
+def time_client_loop(args, name: str, data) -> float:
+    """Client-steps/s of the same per-client local training jitted for ONE client and looped
+    over the clients on the host, then the weighted mean (fedjax's ``for_each_client``)."""
+    algorithm = build_algorithm(name, vocab_size=args.vocab, num_classes=2,
+                                embed_dim=args.embed_dim, hidden=args.hidden,
+                                mlp_hidden=args.mlp_hidden, dtype=args.dtype)
+    params = init_params(algorithm.model, jax.random.key(0))
+    update = jax.jit(build_client_update(algorithm, batch_size=args.batch,
+                                         local_epochs=args.local_epochs))
+    mean = jax.jit(lambda stacked, w: jax.tree.map(
+        lambda x: jnp.tensordot(w, x, axes=1), stacked))
+    rows = lambda k: (data.tokens[k], data.labels[k], data.mask[k], jax.random.key(k))
+
+    def one_round(params):
+        outs = [update(params, *rows(k)) for k in range(data.num_clients)]
+        stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[o[0] for o in outs])
+        return (mean(stacked, example_weights(data.counts)),
+                sum(int(o[1].steps) for o in outs))
+
+    t = time.perf_counter()
+    jax.block_until_ready(one_round(params)[0])  # compile + warm-up
+    print(f"{name}: one-client loop compile + warm-up {time.perf_counter() - t:.1f} s")
+    t, steps = time.perf_counter(), 0
+    for _ in range(args.rounds):
+        params, n = one_round(params)
+        steps += n
+    jax.block_until_ready(params)
+    seconds = time.perf_counter() - t
+    print(f"{name}: one-client jit loop {steps / seconds:.1f} client-steps/s")
+    return steps / seconds
 
 
 def time_round(args, name: str, data) -> float:
@@ -104,9 +154,9 @@ def time_round(args, name: str, data) -> float:
     client-steps/s."""
     algorithm = build_algorithm(name, vocab_size=args.vocab, num_classes=2,
                                 embed_dim=args.embed_dim, hidden=args.hidden,
-                                mlp_hidden=args.mlp_hidden)
+                                mlp_hidden=args.mlp_hidden, dtype=args.dtype)
     state, clients = init_states(algorithm, init_params(algorithm.model, jax.random.key(0)),
-                                 args.clients)
+                                 data.num_clients)
     fn = jax.jit(build_round(algorithm, batch_size=args.batch,
                              local_epochs=args.local_epochs), donate_argnums=(0, 1))
     t = time.perf_counter()
@@ -121,8 +171,8 @@ def time_round(args, name: str, data) -> float:
         steps += int(np.asarray(m.steps).sum())
     jax.block_until_ready(state)
     seconds = time.perf_counter() - t
-    print(f"{name}: compiled round {steps / seconds:.1f} client-steps/s ({steps} client-steps "
-          f"in {seconds:.1f} s)")
+    print(f"{name}: vmapped round of {data.num_clients} clients {steps / seconds:.1f} "
+          f"client-steps/s ({steps} client-steps in {seconds:.1f} s)")
     return steps / seconds
 
 
@@ -145,19 +195,48 @@ def main() -> None:
                    "as ratios to the first (FLOP figures and PyTorch: first, one-branch)")
     p.add_argument("--torch-steps", type=int, default=10,
                    help="PyTorch steps per client for the same-run reference (0: skip)")
+    p.add_argument("--no-loop", dest="loop", action="store_false",
+                   help="skip the one-client jit loop (default: off, it runs)")
+    p.add_argument("--dtype", nargs="+", default=["float32"], choices=("float32", "bfloat16"),
+                   help="computation dtypes; the first is used for every figure, the others "
+                   "time the first algorithm's vmapped round for a same-run ratio")
+    p.add_argument("--sweep", type=int, nargs="*",
+                   help="clients per round for the vmapped-round sweep (default: 16 64 256 on "
+                   "an accelerator, none on a CPU)")
+    p.add_argument("--sweep-examples", type=int, default=16,
+                   help="train examples per client in the sweep")
     args = p.parse_args()
 
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {args.clients} clients, "
-          f"batch {args.batch}, L {args.max_len}, d {args.embed_dim}, hidden {args.hidden}, "
-          f"V {args.vocab}, {'dense' if args.dense_embedding else 'local-vocabulary'} embedding")
+    device = jax.devices()[0]
+    print(f"jax {jax.__version__} on {device.platform} ({device.device_kind}) x "
+          f"{jax.device_count()}; {args.clients} clients, batch {args.batch}, L {args.max_len}, "
+          f"d {args.embed_dim}, hidden {args.hidden}, V {args.vocab}, {args.dtype[0]}, "
+          f"{'dense' if args.dense_embedding else 'local-vocabulary'} embedding")
     arrays = synthetic_arrays(args.clients, args.examples, args.max_len, args.vocab,
                               args.local_vocab)
     data = client_data(arrays, local_vocab=not args.dense_embedding)
+    dtypes, args.dtype = args.dtype, args.dtype[0]
     rates = {name: time_round(args, name, data) for name in args.algorithm}
     first = args.algorithm[0]
     for name, rate in rates.items():
         print(f"{name}: {rate / rates[first]:.2f}x the client-steps/s of {first} (same run)")
     rate = rates[first]
+    for dtype in dtypes[1:]:
+        args.dtype = dtype
+        other = time_round(args, first, data)
+        print(f"{first} in {dtype}: {other / rate:.2f}x the client-steps/s of {dtypes[0]} "
+              f"(same run)")
+    args.dtype = dtypes[0]
+    if args.loop:
+        loop = time_client_loop(args, first, data)
+        print(f"vmapped round / one-client jit loop: {rate / loop:.2f}x (same code, same run)")
+    sweep = args.sweep if args.sweep is not None else (
+        [] if device.platform == "cpu" else [16, 64, 256])
+    for m in sweep:
+        arrays = synthetic_arrays(m, args.sweep_examples, args.max_len, args.vocab,
+                                  args.local_vocab, seed=1)
+        r = time_round(args, first, client_data(arrays, local_vocab=not args.dense_embedding))
+        print(f"sweep: M = {m} clients per round -> {r:.1f} client-steps/s")
     if first not in SINGLE_BRANCH:
         print("FLOP figures and the PyTorch reference describe one-branch models only")
         return

@@ -121,3 +121,15 @@ def test_training_with_a_word_vector_file(tmp_path):
         TrainConfig(**cfg, embed_dim=8).resolved()
     with pytest.raises(ValueError, match="neither one of"):
         TrainConfig(**{**cfg, "embeddings": str(tmp_path / "missing.txt")}).resolved()
+
+
+def test_a_written_subset_reads_back_to_the_same_rows(tmp_path):
+    path = tmp_path / "v.txt"
+    path.write_text("the 0.1 0.2 0.3\ngood -1 0.25 .5\nbad 4 5 6\nzebra 7 7 7\n")
+    vocab = _vocab("good", "bad", "movie")
+    first = embeddings.word_vectors(path, vocab, seed=1)
+    n = embeddings.write_word_vectors(tmp_path / "subset.txt", vocab, first)
+    again = embeddings.word_vectors(tmp_path / "subset.txt", vocab, seed=1)
+    assert n == 2 and (tmp_path / "subset.txt").read_text().count("\n") == 2
+    np.testing.assert_array_equal(first.matrix, again.matrix)
+    np.testing.assert_array_equal(first.found, again.found)
