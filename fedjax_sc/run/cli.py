@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fedjax_sc.run import configs
+from fedjax_sc.run import config
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -25,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     from fedjax_sc.run.reproduce import TABLE7_D1, TABLE7_FRACTIONS
     p = argparse.ArgumentParser(prog="fedjax-sc", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    presets = "; ".join(f"{s}: {v}" for s, v in configs.SCENE_DEFAULTS.items())
+    presets = "; ".join(f"{s}: {v}" for s, v in config.SCENE_DEFAULTS.items())
     t = sub.add_parser(
         "train", help="federated training with Ag per round, checkpoints and a final report",
         description="Federated training. Options left out take the scene's paper preset: "

@@ -362,9 +362,9 @@ def cost_line(out: Path, c: TrainConfig, runs: Sequence[Run], seeds: Sequence[in
     """The measured compute time of the table's runs (rounds + Ap phase, from their metrics
     and reports) and an estimate for the full paper settings (scene preset rounds, n_Z = 25,
     3 seeds) at the same speed."""
-    from fedjax_sc.run import configs
+    from fedjax_sc.run import config
     spent, full = 0.0, 0.0
-    full_rounds = configs.SCENE_DEFAULTS[c.scene]["rounds"]
+    full_rounds = config.SCENE_DEFAULTS[c.scene]["rounds"]
     trained = {r.name for r in runs if r.shares_training_with is None}
     for r in runs:
         for s in seeds:

@@ -20,7 +20,6 @@ all devices (:mod:`fedjax_sc.core.sharding`); ``server_opt`` adds a FedOpt serve
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import math
 import time
@@ -45,294 +44,25 @@ from fedjax_sc.core.evaluate import (
     mean_accuracy,
 )
 from fedjax_sc.core.round import ClientStates, ServerState, build_round, init_states
-from fedjax_sc.data import partition, scenes
+from fedjax_sc.data import scenes
 from fedjax_sc.data.client_data import client_data, host_client_data
-from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu, read_iyy
 from fedjax_sc.models.text_classifier import init_params
-from fedjax_sc.run import configs, registry, rundir
-from fedjax_sc.run.registry import ALGORITHMS, build_algorithm
+from fedjax_sc.run import rundir
+from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configuration)
+    DTYPES,
+    EMBEDDINGS,
+    SCENES,
+    TrainConfig,
+    config_diff,
+    corpus_files,
+    load_scene,
+)
+from fedjax_sc.run.registry import ALGORITHMS, build_algorithm  # noqa: F401
 from fedjax_sc.run.report import format_table, make_report
-
-SCENES = ("synthetic", "fdu", "iyy")
-DTYPES = ("float32", "bfloat16")
-EMBEDDINGS = tuple(configs.EMBED_DIM)
-
-
-def _synthetic(param: str) -> int:
-    """A default size of the synthetic scene, read from its generator's signature."""
-    return inspect.signature(scenes.synthetic_corpora).parameters[param].default
 
 
 class NonFiniteUpdateError(RuntimeError):
     """A client's local update produced NaN/inf; the round was not aggregated or saved."""
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    """Everything that defines a run (``None`` = the scene's preset in :mod:`configs`).
-
-    Attributes:
-      scene: ``synthetic`` | ``fdu`` | ``iyy``.
-      data_dir: corpus directory (fdu, iyy).
-      algorithm: a key of :data:`ALGORITHMS`.
-      rounds: number of federated rounds (paper: 50 FDU, 20 IYY).
-      local_epochs: local epochs per round (paper: 2).
-      batch_size: local batch size (paper: 8 FDU, 64 IYY).
-      lr: client learning rate (paper: 0.01 FDU, 0.1 IYY).
-      momentum: client SGD momentum (paper: 0.9).
-      embedding_lr: optional separate learning rate of the word embeddings (paper's IYY
-        setting: 0.01 with lr 0.1).
-      lambda_kt: KTEPS lambda1, knowledge-transfer weight (Eq. 9; paper 0.01).
-      lambda_div: KTEPS lambda2, HSIC diversity weight (Eq. 9; paper 0.01; arch_* use 0).
-      temperature: KTEPS T of Eq. 8 (paper 0.25).
-      bandwidth: HSIC Gaussian kernel sigma; None = median heuristic per batch.
-      furl_dim: size of FURL's private user vector (0: none).
-      pca_band: (d1, d2), upload the shared word embeddings projected on principal components
-        d1..d2 (KTEPS*, Eq. 10-12); kteps_star's default keeps the paper's proportions
-        (d = 50: (2, 38)); None for the others = no compression.
-      pca_center: centre the rows before the PCA (standard PCA; the projection itself is
-        Eq. 11 as printed).
-      upload_noise: sigma of the Gaussian noise on every uploaded leaf (Alg. 1 line 14);
-        kteps_star's default 0.01, the others' 0.
-      dp_clip: DP-SGD per-example clipping norm C on the shared leaves (None: no DP-SGD).
-      dp_noise: DP-SGD noise multiplier z (noise std z * C on the summed clipped gradient).
-      dp_delta: the delta at which the report states each client's epsilon.
-      prox_mu: FedProx's mu (fedprox, fedprox_kc; not given by the paper: 0.01).
-      mmd_weight: FedMMD's lambda (not given: 0.1).
-      fusion: FedFusion's operator, ``conv`` | ``multi`` | ``single`` (Yao et al. 2019).
-      kc_clusters / kc_iterations / kc_weight: FedKC's q, Lloyd iterations and alpha
-        (fedavg_kc, fedprox_kc; 10, 10, 0.1).
-      asp_adversarial / asp_orthogonal: ASP's lambda_adv and gamma (Liu et al. 2017: 0.05,
-        0.01).
-      server_opt: FedOpt server optimizer on the pseudo-gradient (``sgd``, ``momentum``,
-        ``adam``, ``yogi``, ``adagrad``; Reddi et al. 2021); None: the aggregate is the model.
-      server_lr / server_momentum / server_tau: its learning rate (None: 1.0 for sgd and
-        momentum, 0.01 for the adaptive ones), momentum (b1) and adaptivity eps.
-      ap: run the personalisation phase (Ap, Eq. 16) after the last round.
-      ap_evals: n_Z, evaluations during fine-tuning (paper Fig. 4: 25).
-      ap_steps: z, fine-tuning steps between evaluations (not given by the paper; 10).
-      ap_lr_mult: mu, fine-tuning LR = mu * lr (paper Table 5: 0.01).
-      ap_mode: inference mode of Ap (s / p / sp for two-branch models; default: the
-        algorithm's, sp for KTEPS, Remark 4). Every mode's curve is recorded.
-      seed: root seed (model init, shuffling, synthetic data).
-      embeddings: ``random`` (N(0, 1), as PyTorch's default), ``glove-6b-50d`` (the PyPI
-        package's vectors) or the path of a GloVe/word2vec text file (``.gz`` too; d is
-        read from it, e.g. the paper's ``glove.6B.200d.txt``).
-      embed_dim: d; default 200 (random) or 50 (GloVe 6B 50d).
-      hidden: BiGRU hidden size per direction (paper: 64).
-      dtype: the computation dtype, ``float32`` or ``bfloat16`` (mixed precision: parameters,
-        optimizer states and aggregation stay float32).
-      mlp_hidden: classifier hidden width (paper: unspecified; 128).
-      max_len: clip/pad length L (paper: 200 FDU, 400 IYY).
-      vocab_size: words kept by the federated vocabulary (paper: 50,000; + <pad>, <unk>).
-      domains: FDU domains to use as clients (default: all 16, paper Table 1 order).
-      partition: ``natural`` (one client per domain) or ``dirichlet_label`` /
-        ``dirichlet_quantity``: the domains pooled and split into ``num_clients`` clients
-        (FedNLP, :mod:`fedjax_sc.data.partition`); every split the same way.
-      num_clients: N of a Dirichlet partition.
-      alpha: label-skew concentration (dirichlet_label; with dirichlet_quantity: combined).
-      beta: quantity-skew concentration (dirichlet_quantity; with dirichlet_label: combined).
-      partition_seed: seed of the partition (kept apart from ``seed`` so that training seeds
-        share one partition).
-      clients_per_round: M, clients sampled (without replacement) per round; None: all N.
-      sampling: ``uniform`` (aggregation weights N^k / sum over the sampled) or ``size``
-        (sampled with probability proportional to N^k, equal aggregation weights, so the
-        expected update is the full weighted mean; Li et al. 2020, "On the convergence of
-        FedAvg on non-IID data", scheme I without replacement).
-      dev_holdout: hold out the last 200 lines of each ``.task.train`` (not used by the paper).
-      allow_empty_clients: keep a client whose train or test file has no example (it trains
-        nothing, or is left out of the averages and shown as n/a); False refuses it, naming
-        the file.
-      local_vocab: train only each client's local-vocabulary rows (exact; paper Remark 3).
-      synthetic_clients / synthetic_train / synthetic_test: synthetic scene sizes.
-      out: output directory.
-      resume: continue from the last checkpoint in ``out``.
-      overwrite: replace an earlier run in ``out``: its files are deleted once the new run's
-        inputs are checked, right before training starts; a folder holding files that a run
-        does not write is refused (:mod:`fedjax_sc.run.rundir`).
-    """
-
-    scene: str = "synthetic"
-    data_dir: str | None = None
-    algorithm: str = "fedavg"
-    rounds: int | None = None
-    local_epochs: int = 2
-    batch_size: int | None = None
-    lr: float | None = None
-    momentum: float = registry.default("momentum")
-    embedding_lr: float | None = None
-    lambda_kt: float = registry.default("lambda_kt")
-    lambda_div: float = registry.default("lambda_div")
-    temperature: float = registry.default("temperature")
-    bandwidth: float | None = None
-    furl_dim: int = registry.default("furl_dim")
-    pca_band: tuple[int, int] | None = None
-    pca_center: bool = registry.default("pca_center")
-    upload_noise: float | None = None
-    dp_clip: float | None = None
-    dp_noise: float = 0.0
-    dp_delta: float = 1e-5
-    prox_mu: float = registry.default("prox_mu")
-    mmd_weight: float = registry.default("mmd_weight")
-    fusion: str = registry.default("fusion")
-    kc_clusters: int = registry.default("kc_clusters")
-    kc_iterations: int = registry.default("kc_iterations")
-    kc_weight: float = registry.default("kc_weight")
-    asp_adversarial: float = registry.default("asp_adversarial")
-    asp_orthogonal: float = registry.default("asp_orthogonal")
-    server_opt: str | None = None
-    server_lr: float | None = None
-    server_momentum: float = registry.default("server_momentum")
-    server_tau: float = registry.default("server_tau")
-    ap: bool = True
-    ap_evals: int = personalize.DEFAULT_NUM_EVALS
-    ap_steps: int = personalize.DEFAULT_STEPS_PER_EVAL
-    ap_lr_mult: float = personalize.DEFAULT_LR_MULTIPLIER
-    ap_mode: str | None = None
-    seed: int = 0
-    embeddings: str = "random"
-    embed_dim: int | None = None
-    hidden: int = registry.default("hidden")
-    dtype: str = registry.default("dtype")
-    mlp_hidden: int = registry.default("mlp_hidden")
-    max_len: int | None = None
-    vocab_size: int = scenes.VOCAB_SIZE
-    domains: tuple[str, ...] | None = None
-    partition: str = "natural"
-    num_clients: int | None = None
-    alpha: float | None = None
-    beta: float | None = None
-    partition_seed: int = 0
-    clients_per_round: int | None = None
-    sampling: str = "uniform"
-    dev_holdout: bool = False
-    allow_empty_clients: bool = False
-    local_vocab: bool = True
-    synthetic_clients: int = _synthetic("num_clients")
-    synthetic_train: int = _synthetic("train_per_client")
-    synthetic_test: int = _synthetic("test_per_client")
-    out: str = "runs/latest"
-    resume: bool = False
-    overwrite: bool = False
-
-    def resolved(self) -> TrainConfig:
-        """A copy with every ``None`` filled from the scene preset; validates choices.
-
-        Raises:
-          ValueError: unknown scene/algorithm/embeddings, missing data_dir, bad sizes.
-        """
-        if self.scene not in SCENES:
-            raise ValueError(f"unknown scene {self.scene!r}; choose from {SCENES}")
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"unknown algorithm {self.algorithm!r}; choose from "
-                             f"{tuple(ALGORITHMS)}")
-        if self.embeddings not in EMBEDDINGS and not Path(self.embeddings).is_file():
-            raise ValueError(f"--embeddings {self.embeddings!r}: neither one of {EMBEDDINGS} "
-                             f"nor an existing word-vector file")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"--dtype {self.dtype!r}: choose from {DTYPES}")
-        if self.resume and self.overwrite:
-            raise ValueError("--resume and --overwrite exclude each other")
-        if self.domains is not None and self.scene != "fdu":
-            raise ValueError("--domains applies to --scene fdu only")
-        if self.scene != "synthetic" and not self.data_dir:
-            raise ValueError(f"--scene {self.scene} needs --data-dir")
-        if self.domains is not None:
-            repeated = sorted({d for d in self.domains if list(self.domains).count(d) > 1})
-            if repeated:
-                raise ValueError(f"--domains: {' '.join(repeated)} given more than once (each "
-                                 f"domain is one client)")
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            values = value if isinstance(value, tuple) else (value,)
-            if any(isinstance(v, float) and not math.isfinite(v) for v in values):
-                raise ValueError(f"--{f.name.replace('_', '-')} must be a finite number, got "
-                                 f"{value}")
-        preset = configs.SCENE_DEFAULTS[self.scene]
-        c = dataclasses.replace(self, **{k: v for k, v in preset.items()
-                                         if getattr(self, k) is None})
-        if c.embeddings in EMBEDDINGS:
-            c.embed_dim = c.embed_dim or configs.EMBED_DIM[c.embeddings]
-            if c.embeddings == "glove-6b-50d" and c.embed_dim != 50:
-                raise ValueError(f"glove-6b-50d gives d = 50, got --embed-dim {c.embed_dim}")
-        else:  # a word-vector file says its d
-            from fedjax_sc.data.embeddings import vector_dim
-            d = vector_dim(c.embeddings)
-            if c.embed_dim not in (None, d):
-                raise ValueError(f"{c.embeddings} holds {d}-dimensional vectors, got "
-                                 f"--embed-dim {c.embed_dim}")
-            c.embed_dim = d
-        for name in ("rounds", "local_epochs", "batch_size", "max_len", "vocab_size",
-                     "embed_dim", "hidden", "mlp_hidden"):
-            if getattr(c, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(c, name)}")
-        for name in ("furl_dim", "ap_evals", "ap_steps"):
-            if getattr(c, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(c, name)}")
-        if c.ap_lr_mult < 0:
-            raise ValueError(f"ap_lr_mult must be >= 0, got {c.ap_lr_mult}")
-        c.pca_band, c.upload_noise = registry.upload_settings(c.algorithm, c.embed_dim,
-                                                              c.pca_band, c.upload_noise)
-        if c.pca_band is not None:
-            c.pca_band = tuple(int(x) for x in c.pca_band)
-            if len(c.pca_band) != 2 or not 1 <= c.pca_band[0] <= c.pca_band[1] <= c.embed_dim:
-                raise ValueError(f"pca_band must be (d1, d2) with 1 <= d1 <= d2 <= d = "
-                                 f"{c.embed_dim}, got {c.pca_band}")
-        if c.upload_noise < 0 or c.dp_noise < 0:
-            raise ValueError("upload_noise and dp_noise must be >= 0")
-        if c.dp_clip is not None and not c.dp_clip > 0:
-            raise ValueError(f"dp_clip must be > 0, got {c.dp_clip}")
-        if not 0 < c.dp_delta < 1:
-            raise ValueError(f"dp_delta must lie in (0, 1), got {c.dp_delta}")
-        if c.partition not in partition.PARTITIONS:
-            raise ValueError(f"unknown partition {c.partition!r}; choose from "
-                             f"{partition.PARTITIONS}")
-        if c.partition == "natural":
-            if c.num_clients is not None or c.alpha is not None or c.beta is not None:
-                raise ValueError("--num-clients, --alpha and --beta need --partition "
-                                 "dirichlet_label or dirichlet_quantity")
-        elif c.num_clients is None or c.num_clients < 1:
-            raise ValueError(f"--partition {c.partition} needs --num-clients >= 1")
-        if c.sampling not in participation.SAMPLINGS:
-            raise ValueError(f"unknown sampling {c.sampling!r}; choose from "
-                             f"{participation.SAMPLINGS}")
-        if c.clients_per_round is not None and c.clients_per_round < 1:
-            raise ValueError(f"clients_per_round must be >= 1, got {c.clients_per_round}")
-        return c
-
-
-def load_scene(c: TrainConfig) -> scenes.Scene:
-    """The scene a resolved config names: its domains' corpora, re-partitioned into
-    ``c.num_clients`` clients unless ``c.partition`` is ``natural``, then ``build_scene``."""
-    if c.scene == "fdu":
-        corpora = read_fdu(c.data_dir, domains=c.domains or FDU_DOMAINS,
-                           dev_holdout=c.dev_holdout)
-    elif c.scene == "iyy":
-        corpora = read_iyy(c.data_dir, dev_holdout=c.dev_holdout)
-    else:
-        corpora = scenes.synthetic_corpora(num_clients=c.synthetic_clients,
-                                           train_per_client=c.synthetic_train,
-                                           test_per_client=c.synthetic_test,
-                                           max_len=c.max_len, seed=c.seed)
-    num_classes = configs.NUM_CLASSES[c.scene]
-    name = c.scene
-    if c.partition != "natural":
-        corpora = partition.repartition(corpora, c.partition, c.num_clients, num_classes,
-                                        alpha=c.alpha, beta=c.beta, seed=c.partition_seed)
-        name = f"{c.scene}-{c.partition}"
-    return scenes.build_scene(name, corpora, num_classes=num_classes, max_len=c.max_len,
-                              vocab_size=c.vocab_size, allow_empty=c.allow_empty_clients)
-
-
-def corpus_files(c: TrainConfig) -> list[Path]:
-    """The files a resolved config's scene reads (none for the synthetic scene)."""
-    from fedjax_sc.data.corpus import IYY_FILES
-    if c.scene == "fdu":
-        return [Path(c.data_dir) / f"{d}.task.{s}" for d in c.domains or FDU_DOMAINS
-                for s in ("train", "test")]
-    if c.scene == "iyy":
-        return [Path(c.data_dir) / name for pair in IYY_FILES.values() for name in pair]
-    return []
 
 
 def _check_out_dir(out: Path, c: TrainConfig) -> None:
@@ -352,19 +82,6 @@ def _check_out_dir(out: Path, c: TrainConfig) -> None:
     diff = config_diff(json.loads(saved.read_text()), c)
     if diff:
         raise ValueError(f"--resume with a different configuration than {saved}: {diff}")
-
-
-def config_diff(saved: dict[str, Any], c: TrainConfig) -> dict[str, tuple[Any, Any]]:
-    """``{field: (saved, now)}`` for the training settings in which a saved ``config.json``
-    differs from ``c``. The rounds, the output folder and the Ap phase's settings may differ
-    (a run continues, or only its evaluation is redone); a field an older version did not
-    write is compared with its default (what that version did)."""
-    ignore = {"rounds", "resume", "overwrite", "out", "ap", "ap_evals", "ap_steps",
-              "ap_lr_mult", "ap_mode"}
-    defaults = json.loads(json.dumps(dataclasses.asdict(TrainConfig())))
-    now = json.loads(json.dumps(dataclasses.asdict(c)))
-    return {k: (saved.get(k, defaults[k]), v) for k, v in now.items()
-            if k not in ignore and saved.get(k, defaults[k]) != v}
 
 
 class Setup(NamedTuple):
