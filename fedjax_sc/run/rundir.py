@@ -25,6 +25,14 @@ PROBE_GLOB = "probe-*.json"
 """The files ``fedjax-sc probe`` adds to a run folder."""
 
 
+def run_files(out: Path) -> list[str]:
+    """The names in ``out`` that a run writes (sorted); [] for a missing folder."""
+    if not out.is_dir():
+        return []
+    return sorted(p.name for p in out.iterdir()
+                  if p.name in RUN_FILES or p.match(PROBE_GLOB))
+
+
 def foreign_entries(out: Path) -> list[str]:
     """The names in ``out`` that no run writes (sorted); [] for a missing folder."""
     if not out.is_dir():

@@ -69,12 +69,17 @@ def _check_out_dir(out: Path, c: TrainConfig) -> None:
     """Checks ``out`` before any work; deletes nothing (an overwritten run is removed by
     :func:`rundir.remove_run` once the new inputs are checked)."""
     saved = out / "config.json"
+    if c.overwrite:
+        if rundir.run_files(out):
+            rundir.check_replaceable(out)
+        return
     if not saved.exists():
         if c.resume:
             raise FileNotFoundError(f"--resume: no run to resume in {out} (no config.json)")
-        return
-    if c.overwrite:
-        rundir.check_replaceable(out)
+        if rundir.run_files(out):
+            raise FileExistsError(f"{out} holds part of a run ({', '.join(rundir.run_files(out))}"
+                                  f") but no config.json; pass --overwrite to replace it, or "
+                                  f"choose another --out")
         return
     if not c.resume:
         raise FileExistsError(f"{out} already holds a run; pass --resume to continue it, "
@@ -216,7 +221,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
         note = rundir.check_resume_data(out, data_print, vocab_json)
         if note:
             log(note)
-    elif c.overwrite and (out / "config.json").exists():  # the new inputs are all checked
+    elif c.overwrite and rundir.run_files(out):  # the new inputs are all checked
         rundir.remove_run(out)
         log(f"--overwrite: removed the earlier run in {out}")
     out.mkdir(parents=True, exist_ok=True)

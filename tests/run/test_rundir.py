@@ -215,3 +215,14 @@ def test_help_states_the_real_default_of_on_off_flags(capsys):
     text = capsys.readouterr().out
     assert "(default: True)" not in text and "(default: None)" not in text
     assert "(default: 0.9)" in text  # options with a value keep argparse's default
+
+
+def test_part_of_a_run_without_config_is_neither_reused_nor_lost(tmp_path):
+    data = write_fdu(tmp_path / "data")
+    out = tmp_path / "run"
+    (out / "checkpoints" / "1").mkdir(parents=True)  # a run killed before its config.json
+    with pytest.raises(FileExistsError, match="part of a run .checkpoints. but no config.json"):
+        train(tiny(data, out, ap=False), log=_quiet)
+    train(tiny(data, out, ap=False, overwrite=True), log=_quiet)
+    assert (out / "config.json").exists()
+    assert [json.loads(r)["round"] for r in (out / "metrics.jsonl").read_text().splitlines()] == [1]
