@@ -113,7 +113,8 @@ def torch_reference(args, steps: int) -> float | None:
             torch.nn.functional.cross_entropy(net(x), y).backward()
             opt.step()
     sync()
-    print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}")
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    print(f"PyTorch {torch.__version__} on {name}")
     return args.clients * steps / (time.perf_counter() - t)
 
 

@@ -10,7 +10,8 @@ with ``np.random.default_rng([seed, STREAM, ...])``.
 
 # JAX streams: fold_in constants, with the key they are folded into
 UPLOAD = 2**31 - 1
-"""round key -> the clients' upload keys (KTEPS*'s noise): ``fold_in(fold_in(round, UPLOAD), k)``."""
+"""round key -> the clients' upload keys (KTEPS*'s noise):
+``fold_in(fold_in(round, UPLOAD), k)``."""
 AP = 2**31 - 2
 """root key -> the Ap phase (fine-tuning shuffles): ``fold_in(fold_in(root, AP), k)``."""
 KNOWLEDGE = 2**31 - 3

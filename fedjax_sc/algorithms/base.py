@@ -194,7 +194,8 @@ def chain(*transforms: UploadTransform) -> UploadTransform:
         for i, (t, s) in enumerate(zip(transforms, state)):
             params, d = t.encode(params, s, jax.random.fold_in(rng, i), context)
             if set(d) & set(diagnostics):
-                raise ValueError(f"two chained upload transforms report {set(d) & set(diagnostics)}")
+                raise ValueError(f"two chained upload transforms report "
+                                 f"{set(d) & set(diagnostics)}")
             diagnostics.update(d)
         return params, diagnostics
 

@@ -41,7 +41,8 @@ def fusion_loss(model: FusionClassifier):
     return loss
 
 
-def fedfusion(model: FusionClassifier, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
+def fedfusion(model: FusionClassifier, learning_rate: float = LEARNING_RATE,
+              momentum: float = MOMENTUM,
               embedding_learning_rate: float | None = None) -> Algorithm:
     """Builds FedFusion.
 

@@ -4,8 +4,8 @@ All clients' training sets are pooled into one training set and one model is tra
 centrally, then evaluated on every client's test set (Ag^k) and fine-tuned per client for Ap.
 It is FedAvg with a single client that holds all the data: its centralised trainer
 (:func:`fedjax_sc.core.central.pooled`) pools the clients' training splits and runs the same
-compiled round on that one client (aggregating one client is the identity). Same epoch budget: ``rounds x local_epochs``
-epochs over the pooled data, batch B.
+compiled round on that one client (aggregating one client is the identity). Same epoch
+budget: ``rounds x local_epochs`` epochs over the pooled data, batch B.
 """
 
 from __future__ import annotations

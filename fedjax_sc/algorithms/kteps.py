@@ -72,7 +72,8 @@ def kteps_loss(model: PrivateSharedClassifier, lambda_kt: float, lambda_div: flo
     return loss
 
 
-def kteps(model: PrivateSharedClassifier, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
+def kteps(model: PrivateSharedClassifier, learning_rate: float = LEARNING_RATE,
+          momentum: float = MOMENTUM,
           embedding_learning_rate: float | None = None, lambda_kt: float = 0.01,
           lambda_div: float = 0.01, temperature: float = 0.25, bandwidth: float | None = None,
           name: str = "kteps") -> Algorithm:

@@ -46,7 +46,8 @@ def pfl_da_loss(model: PrivateSharedClassifier) -> ClientLoss:
     return loss
 
 
-def pfl_da(model: PrivateSharedClassifier, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
+def pfl_da(model: PrivateSharedClassifier, learning_rate: float = LEARNING_RATE,
+           momentum: float = MOMENTUM,
            embedding_learning_rate: float | None = None) -> Algorithm:
     """Builds PFL-DA.
 

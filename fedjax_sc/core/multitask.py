@@ -9,8 +9,9 @@ and states, so training, checkpoints, Ag/Ap evaluation and reports are shared: t
 the shared leaves and that client's private leaves, and applies one optimizer step to the
 shared leaves with the sum of the clients' gradients and one to each client's private leaves
 with its own gradient (kept unchanged on a client's padded steps) -- the masked step scan of
-:func:`fedjax_sc.core.local.local_steps` with one mask for the shared leaves and one per client. The optimizer states are
-fresh each round, as the round's. There is no upload: this baseline has no privacy.
+:func:`fedjax_sc.core.local.local_steps` with one mask for the shared leaves and one per client.
+The optimizer states are fresh each round, as the round's. There is no upload: this baseline
+has no privacy.
 """
 
 from __future__ import annotations

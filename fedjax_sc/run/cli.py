@@ -146,9 +146,12 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     b.add_argument("--mmd-weight", type=float, default=_d("mmd_weight"), help="FedMMD lambda")
     b.add_argument("--fusion", choices=("conv", "multi", "single"), default=_d("fusion"),
                    help="FedFusion operator (Yao et al. 2019)")
-    b.add_argument("--kc-clusters", type=int, default=_d("kc_clusters"), help="FedKC K-Means clusters q")
-    b.add_argument("--kc-iterations", type=int, default=_d("kc_iterations"), help="FedKC Lloyd iterations")
-    b.add_argument("--kc-weight", type=float, default=_d("kc_weight"), help="FedKC consistency alpha")
+    b.add_argument("--kc-clusters", type=int, default=_d("kc_clusters"),
+                   help="FedKC K-Means clusters q")
+    b.add_argument("--kc-iterations", type=int, default=_d("kc_iterations"),
+                   help="FedKC Lloyd iterations")
+    b.add_argument("--kc-weight", type=float, default=_d("kc_weight"),
+                   help="FedKC consistency alpha")
     b.add_argument("--asp-adversarial", type=float, default=_d("asp_adversarial"),
                    help="ASP lambda_adv (Liu et al. 2017)")
     b.add_argument("--asp-orthogonal", type=float, default=_d("asp_orthogonal"),
@@ -198,11 +201,13 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    ".gz too; d is read from it)")
     t.add_argument("--embed-dim", type=int, help="d (default: 200 random, 50 glove-6b-50d, a "
                    "word-vector file's own)")
-    t.add_argument("--hidden", type=int, default=_d("hidden"), help="BiGRU hidden size per direction")
+    t.add_argument("--hidden", type=int, default=_d("hidden"),
+                   help="BiGRU hidden size per direction")
     t.add_argument("--dtype", choices=DTYPES, default=_d("dtype"),
                    help="computation dtype; bfloat16 is mixed precision (parameters, optimizer "
                    "states and aggregation stay float32)")
-    t.add_argument("--mlp-hidden", type=int, default=_d("mlp_hidden"), help="classifier hidden width")
+    t.add_argument("--mlp-hidden", type=int, default=_d("mlp_hidden"),
+                   help="classifier hidden width")
     t.add_argument("--max-len", type=int, help="clip/pad length L (paper: 200 fdu, 400 iyy)")
     t.add_argument("--vocab-size", type=int, default=_d("vocab_size"),
                    help="most frequent words kept by the federated vocabulary")
@@ -218,8 +223,10 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="train the whole [V, d] table on every client instead of only its "
                    "local-vocabulary rows (same result, slower; default: off)")
     t.add_argument("--synthetic-clients", type=int, default=_d("synthetic_clients"))
-    t.add_argument("--synthetic-train", type=int, default=_d("synthetic_train"), help="train reviews per client")
-    t.add_argument("--synthetic-test", type=int, default=_d("synthetic_test"), help="test reviews per client")
+    t.add_argument("--synthetic-train", type=int, default=_d("synthetic_train"),
+                   help="train reviews per client")
+    t.add_argument("--synthetic-test", type=int, default=_d("synthetic_test"),
+                   help="test reviews per client")
     if grid:
         t.add_argument("--out", help="the results store (default: runs/reproduce, or "
                        "runs/reproduce-quick with --quick)")

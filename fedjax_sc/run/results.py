@@ -180,7 +180,8 @@ def summary_table(order: Sequence[str], seeds: Sequence[int], reports: dict, row
                   rounds: int, scene: str) -> str:
     """The averages only: per method, rounds done, Ag and Ap (ours, mean over finished seeds)
     beside the paper's Tables 2-3 (the README's results table)."""
-    lines = ["| method | rounds | Ag | Ag, paper | Ap | Ap, paper |", "|---|---:|---:|---:|---:|---:|"]
+    lines = ["| method | rounds | Ag | Ag, paper | Ap | Ap, paper |",
+             "|---|---:|---:|---:|---:|---:|"]
     for m in order:
         done = max(len(rows.get((m, s), [])) for s in seeds)
         cells = [_ours(m, "Avg", key, seeds, reports, rows, ["Avg"]) for key in ("Ag", "Ap")]
