@@ -255,7 +255,7 @@ def _reproduce(args: dict) -> None:
         args["rounds"] = args["rounds"] or QUICK["rounds"]
         args["ap_evals"] = QUICK["ap_evals"] if args["ap_evals"] is None else args["ap_evals"]
     if args["ap_evals"] is None:
-        args["ap_evals"] = 25
+        args["ap_evals"] = _d("ap_evals")  # n_Z of the paper
     if args["scene"] == "fdu" and not args["data_dir"]:
         # the corpus beside the checkout (../shared/data/fdu-mtl), or FEDJAX_SC_FDU_DIR
         args["data_dir"] = os.environ.get("FEDJAX_SC_FDU_DIR", "../shared/data/fdu-mtl")

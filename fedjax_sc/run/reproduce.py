@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fedjax_sc.core import personalize
 from fedjax_sc.run import paper
 from fedjax_sc.run.train import TrainConfig, config_diff, train
 
@@ -364,6 +365,7 @@ def cost_line(out: Path, c: TrainConfig, runs: Sequence[Run], seeds: Sequence[in
     3 seeds) at the same speed."""
     from fedjax_sc.run import config
     spent, full = 0.0, 0.0
+    n_z = personalize.DEFAULT_NUM_EVALS  # the paper's n_Z
     full_rounds = config.SCENE_DEFAULTS[c.scene]["rounds"]
     trained = {r.name for r in runs if r.shares_training_with is None}
     for r in runs:
@@ -378,7 +380,8 @@ def cost_line(out: Path, c: TrainConfig, runs: Sequence[Run], seeds: Sequence[in
                 spent += sum(secs)
                 full += float(np.mean(secs)) * full_rounds * FULL_SEEDS / len(seeds) if secs else 0
             spent += ap
-            full += ap * 25 / max(c.ap_evals, 1) * FULL_SEEDS / len(seeds)
+            full += ap * n_z / max(c.ap_evals, 1) * FULL_SEEDS / len(seeds)
     return (f"Compute: {spent / 60:.1f} min of rounds and Ap phases for this table "
             f"(compile and evaluation not counted); the full settings ({full_rounds} rounds, "
-            f"n_Z = 25, {FULL_SEEDS} seeds) would take about {full / 3600:.1f} h at this speed.")
+            f"n_Z = {n_z}, {FULL_SEEDS} seeds) would take about {full / 3600:.1f} h at this "
+            f"speed.")
