@@ -44,7 +44,13 @@ from fedjax_sc.algorithms.lg_fedavg import lg_fedavg
 from fedjax_sc.algorithms.noise import gaussian_noise
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.algorithms.pfl_da import pfl_da
-from fedjax_sc.core.evaluate import make_evaluate, make_personal_evaluate, mean_accuracy
+from fedjax_sc.core.evaluate import (
+    make_evaluate,
+    make_example_hits,
+    make_personal_evaluate,
+    mean_accuracy,
+    paired_ag_difference,
+)
 from fedjax_sc.core.local import local_steps
 from fedjax_sc.core.personalize import Personalization, make_personalize
 from fedjax_sc.core.round import (
@@ -67,8 +73,9 @@ __all__ = [
     "TextClassifier", "UploadContext", "UploadTransform", "asp", "bind", "build_round",
     "build_round_parts", "build_scene", "chain", "client_data", "client_sgd", "dp_sgd",
     "fdu_scene", "fedavg", "fedfusion", "fedkc", "fedmmd", "fedopt", "fedper", "fedprox", "fs",
-    "gaussian_noise", "host_client_data", "identity_upload", "indiv", "init_params",
-    "init_states", "iyy_scene", "kteps", "kteps_star", "lg_fedavg", "local_steps",
-    "make_evaluate", "make_personal_evaluate", "make_personalize", "make_round_step",
-    "mean_accuracy", "mmd_penalty", "pca_compress", "pfl_da", "proximal", "synthetic_scene",
+    "gaussian_noise", "host_client_data", "identity_upload", "indiv", "init_params", "init_states",
+    "iyy_scene", "kteps", "kteps_star", "lg_fedavg", "local_steps", "make_evaluate",
+    "make_example_hits", "make_personal_evaluate", "make_personalize", "make_round_step",
+    "mean_accuracy", "mmd_penalty", "paired_ag_difference", "pca_compress", "pfl_da", "proximal",
+    "synthetic_scene",
 ]

@@ -25,9 +25,9 @@ Scores = Callable[[Params, jax.Array], Any]
 (logits or probabilities: only the argmax matters)."""
 
 
-def count_correct(scores: Scores, params: Params, tokens: jax.Array, labels: jax.Array,
-                  mask: jax.Array, batch_size: int = 200) -> Any:
-    """Number of correctly classified real examples of one client.
+def example_hits(scores: Scores, params: Params, tokens: jax.Array, labels: jax.Array,
+                 mask: jax.Array, batch_size: int = 200) -> Any:
+    """Which real examples of one client are classified correctly.
 
     Args:
       scores: see :data:`Scores`.
@@ -37,7 +37,7 @@ def count_correct(scores: Scores, params: Params, tokens: jax.Array, labels: jax
       batch_size: examples per forward pass (memory bound only).
 
     Returns:
-      int32 scalar, or ``{mode: int32 scalar}`` when ``scores`` returns a dict.
+      bool ``[n]`` (False at padding), or ``{mode: bool [n]}`` when ``scores`` returns a dict.
     """
     n = tokens.shape[0]
     steps = math.ceil(n / batch_size)
@@ -46,15 +46,63 @@ def count_correct(scores: Scores, params: Params, tokens: jax.Array, labels: jax
     labels = jnp.pad(labels, (0, pad)).reshape(steps, batch_size)
     mask = jnp.pad(mask, (0, pad)).reshape(steps, batch_size)
 
-    def body(total, batch):
+    def body(_, batch):
         x, y, m = batch
-        hits = jax.tree.map(lambda s: jnp.sum((jnp.argmax(s, -1) == y) & m), scores(params, x))
-        return jax.tree.map(jnp.add, total, hits), None
+        return None, jax.tree.map(lambda s: (jnp.argmax(s, -1) == y) & m, scores(params, x))
 
-    zero = jax.tree.map(lambda _: jnp.zeros((), jnp.int32),
-                        jax.eval_shape(scores, params, tokens[0]))
-    total, _ = jax.lax.scan(body, zero, (tokens, labels, mask))
-    return total
+    _, hits = jax.lax.scan(body, None, (tokens, labels, mask))
+    return jax.tree.map(lambda h: h.reshape(-1)[:n], hits)
+
+
+def count_correct(scores: Scores, params: Params, tokens: jax.Array, labels: jax.Array,
+                  mask: jax.Array, batch_size: int = 200) -> Any:
+    """Number of correctly classified real examples of one client (arguments as
+    :func:`example_hits`).
+
+    Returns:
+      int32 scalar, or ``{mode: int32 scalar}`` when ``scores`` returns a dict.
+    """
+    return jax.tree.map(lambda h: jnp.sum(h, dtype=jnp.int32),
+                        example_hits(scores, params, tokens, labels, mask, batch_size))
+
+
+def _over_clients(per_example: Callable, scores: Scores | nn.Module, batch_size: int,
+                  stacked_params, client_chunk: int) -> Callable[[Params, ClientData], Any]:
+    """``per_example(scores, params, tokens, labels, mask, batch) -> pytree`` of one client,
+    run for every client of ``data``: ``vmap`` over chunks of ``client_chunk`` clients, the
+    chunks in a ``lax.scan`` (memory bounded for thousands of clients). Returns a jitted
+    ``f(params, data) -> pytree`` with a leading client axis ``[K, ...]`` that refuses
+    local-vocabulary ids."""
+    if isinstance(scores, nn.Module):
+        model = scores
+        scores = lambda params, tokens: model.apply({"params": params}, tokens)
+    axes = _params_axis(stacked_params)
+    per_client = jax.vmap(lambda p, x, y, m: per_example(scores, p, x, y, m,
+                                                         min(batch_size, x.shape[0])),
+                          in_axes=(axes, 0, 0, 0))
+
+    @jax.jit
+    def run(params: Params, data: ClientData):
+        k = data.tokens.shape[0]
+        chunk = min(client_chunk, k)
+        steps = math.ceil(k / chunk)
+        # the last chunk is padded with copies of the last client, dropped below
+        ids = jnp.minimum(jnp.arange(steps * chunk), k - 1).reshape(steps, chunk)
+
+        def body(_, idx):
+            p = _take_mapped(params, axes, idx)
+            return None, per_client(p, data.tokens[idx], data.labels[idx], data.mask[idx])
+
+        _, out = jax.lax.scan(body, None, ids)
+        return jax.tree.map(lambda o: o.reshape((-1,) + o.shape[2:])[:k], out)
+
+    def checked(params: Params, data: ClientData):
+        if data.vocab_ids is not None:
+            raise ValueError("evaluation needs global vocabulary ids; build the test split with "
+                             "client_data(..., local_vocab=False)")
+        return run(params, data)
+
+    return checked
 
 
 def make_evaluate(scores: Scores | nn.Module, batch_size: int = 200,
@@ -75,46 +123,37 @@ def make_evaluate(scores: Scores | nn.Module, batch_size: int = 200,
         ``lax.scan``, so memory is bounded for thousands of clients (memory bound only).
 
     Returns:
-      A jitted function. ``data`` must hold global vocabulary ids (``vocab_ids`` None). A
-      client with no test example gets NaN (no accuracy; :func:`mean_accuracy` leaves it out
-      of the mean, reports show it as n/a). The result is a dict ``{mode: [K]}`` when
-      ``scores`` returns a dict.
+      A function (jitted inside). ``data`` must hold global vocabulary ids (``vocab_ids``
+      None). A client with no test example gets NaN (no accuracy; :func:`mean_accuracy`
+      leaves it out of the mean, reports show it as n/a). The result is a dict
+      ``{mode: [K]}`` when ``scores`` returns a dict.
 
     Raises:
       ValueError: (at call time) if ``data`` holds local-vocabulary ids.
     """
-    if isinstance(scores, nn.Module):
-        model = scores
-        scores = lambda params, tokens: model.apply({"params": params}, tokens)
-    axes = _params_axis(stacked_params)
-    per_client = jax.vmap(lambda p, x, y, m: count_correct(scores, p, x, y, m,
-                                                           min(batch_size, x.shape[0])),
-                          in_axes=(axes, 0, 0, 0))
+    correct = _over_clients(count_correct, scores, batch_size, stacked_params, client_chunk)
 
-    @jax.jit
     def evaluate(params: Params, data: ClientData):
-        k = data.tokens.shape[0]
-        chunk = min(client_chunk, k)
-        steps = math.ceil(k / chunk)
-        # the last chunk is padded with copies of the last client, dropped below
-        ids = jnp.minimum(jnp.arange(steps * chunk), k - 1).reshape(steps, chunk)
+        counts = jnp.asarray(data.counts).astype(jnp.float32)
+        return jax.tree.map(lambda c: jnp.where(counts > 0, c.astype(jnp.float32)
+                                                / jnp.maximum(counts, 1.0), jnp.nan),
+                            correct(params, data))
 
-        def body(_, idx):
-            p = _take_mapped(params, axes, idx)
-            return None, per_client(p, data.tokens[idx], data.labels[idx], data.mask[idx])
+    return evaluate
 
-        _, correct = jax.lax.scan(body, None, ids)
-        counts = data.counts.astype(jnp.float32)
-        return jax.tree.map(lambda c: jnp.where(counts > 0, c.reshape(-1)[:k].astype(
-            jnp.float32) / jnp.maximum(counts, 1.0), jnp.nan), correct)
 
-    def checked(params: Params, data: ClientData):
-        if data.vocab_ids is not None:
-            raise ValueError("evaluation needs global vocabulary ids; build the test split with "
-                             "client_data(..., local_vocab=False)")
-        return evaluate(params, data)
+def make_example_hits(scores: Scores | nn.Module, batch_size: int = 200,
+                      stacked_params: bool = False,
+                      client_chunk: int = 64) -> Callable[[Params, ClientData], Any]:
+    """Builds ``hits(params, data) -> bool [num_clients, max_examples]``: True where client
+    k's test example i is classified correctly (False at padding, ``data.mask`` False), the
+    per-example record behind Ag^k (Li et al. 2021, Eq. 14) that paired comparisons of two
+    models on the same test examples need (:mod:`fedjax_sc.run.compare`).
 
-    return checked
+    Arguments and errors as :func:`make_evaluate`; a dict ``{mode: [K, n]}`` when ``scores``
+    returns a dict. ``hits.sum(1) / data.counts`` is :func:`make_evaluate`'s accuracy.
+    """
+    return _over_clients(example_hits, scores, batch_size, stacked_params, client_chunk)
 
 
 def _take_mapped(params: Params, axes, idx: jax.Array) -> Params:
@@ -126,9 +165,9 @@ def _take_mapped(params: Params, axes, idx: jax.Array) -> Params:
     return type(params)(_take_mapped(p, a, idx) for p, a in zip(params, axes))
 
 
-def make_personal_evaluate(predict: Scores, batch_size: int = 200
-                           ) -> Callable[[Params, Params, ClientData], Any]:
-    """Builds ``evaluate(shared, private, data) -> {mode: accuracy float32 [num_clients]}``:
+def make_personal_evaluate(predict: Scores, batch_size: int = 200, hits: bool = False
+                           ) -> Callable[[tuple[Params, Params], ClientData], Any]:
+    """Builds ``evaluate((shared, private), data) -> {mode: accuracy float32 [num_clients]}``:
     client k's personalised model is ``shared`` (the server's leaves, no client axis) joined
     with ``private`` leaves ``[num_clients, ...]`` (row k) -- the personalised accuracy before
     any fine-tuning (column 0 of the Ap curve).
@@ -136,14 +175,17 @@ def make_personal_evaluate(predict: Scores, batch_size: int = 200
     Args:
       predict: an algorithm's ``predict`` (params -> ``{mode: probabilities}``).
       batch_size: test examples per forward pass.
+      hits: True for the per-example record instead, ``{mode: bool [num_clients,
+        max_examples]}`` (as :func:`make_example_hits`).
 
     Raises:
       ValueError: (at call time) if ``data`` holds local-vocabulary ids.
     """
     from fedjax_sc.algorithms.masking import merge
 
-    return make_evaluate(lambda both, tokens: predict(merge(*both), tokens), batch_size,
-                         stacked_params=(None, 0))
+    build = make_example_hits if hits else make_evaluate
+    return build(lambda both, tokens: predict(merge(*both), tokens), batch_size,
+                 stacked_params=(None, 0))
 
 
 def mean_accuracy(per_client: Any) -> float | None:
@@ -171,3 +213,59 @@ def _params_axis(stacked_params):
     if stacked_params is False:
         return None
     return tuple(_params_axis(s) if isinstance(s, bool) else s for s in stacked_params)
+
+
+def paired_ag_difference(hits_a: Any, hits_b: Any, mask: Any, resamples: int = 10_000,
+                         seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """Ag(A) - Ag(B) of two models on the same test examples, with a paired, per-client
+    (stratified) bootstrap confidence interval.
+
+    Ag is the unweighted mean over clients of each client's accuracy (Li et al. 2021,
+    Eq. 14-15), so each bootstrap draw resamples every client's test examples with
+    replacement (the same draw for both models: the pairing) and recomputes the mean of the
+    per-client differences. The interval measures how much the gap could move with another
+    test sample of the same size; it says nothing of the spread over training seeds.
+
+    Args:
+      hits_a, hits_b: bool ``[K, n]``, True where the model classifies client k's test
+        example i correctly (:func:`make_example_hits`).
+      mask: bool ``[K, n]``, True at real examples. Clients without any are left out.
+      resamples: bootstrap draws.
+      seed: the NumPy seed of the draws.
+      level: the two-sided coverage of the interval.
+
+    Returns:
+      ``{"diff": float, "low": float, "high": float, "per_client": float [K] (NaN where no
+      test example), "wins": int (clients where A is ahead), "losses": int, "ties": int,
+      "disagree": int (examples exactly one model gets right), "resamples", "level"}``;
+      differences are fractions (multiply by 100 for points).
+
+    Raises:
+      ValueError: if the shapes differ or no client has a test example.
+    """
+    a, b, m = (np.asarray(x, dtype=bool) for x in (hits_a, hits_b, mask))
+    if not a.shape == b.shape == m.shape or a.ndim != 2:
+        raise ValueError(f"hits and mask must share one [K, n] shape, got {a.shape}, "
+                         f"{b.shape}, {m.shape}")
+    counts = m.sum(1)
+    if not counts.any():
+        raise ValueError("no client has a test example")
+    delta = (a & m).astype(np.float64) - (b & m).astype(np.float64)
+    per_client = np.where(counts > 0, delta.sum(1) / np.maximum(counts, 1), np.nan)
+    rng = np.random.default_rng(seed)
+    draws = np.zeros(resamples)
+    real = np.flatnonzero(counts)
+    for k in real:
+        d = delta[k][m[k]]
+        step = max(1, 2**22 // d.size)  # draws per batch: about 32 MiB of indices
+        for lo in range(0, resamples, step):
+            rows = min(step, resamples - lo)
+            draws[lo:lo + rows] += d[rng.integers(0, d.size, size=(rows, d.size))].mean(1)
+    draws /= real.size
+    tail = (1.0 - level) / 2
+    low, high = np.quantile(draws, [tail, 1.0 - tail])
+    ahead = per_client[real]
+    return {"diff": float(np.nanmean(per_client)), "low": float(low), "high": float(high),
+            "per_client": per_client, "wins": int((ahead > 0).sum()),
+            "losses": int((ahead < 0).sum()), "ties": int((ahead == 0).sum()),
+            "disagree": int(np.abs(delta).sum()), "resamples": resamples, "level": level}

@@ -1,5 +1,5 @@
-"""Command line: ``fedjax-sc train|reproduce|results|probe ...`` (see ``fedjax-sc COMMAND
---help``)."""
+"""Command line: ``fedjax-sc train|reproduce|results|compare|probe ...`` (see
+``fedjax-sc COMMAND --help``)."""
 
 from __future__ import annotations
 
@@ -71,6 +71,26 @@ def _parser() -> argparse.ArgumentParser:
     x.add_argument("--seeds", type=int, default=1, help="export: seeds 0..N-1")
     x.add_argument("--no-plots", dest="plots", action="store_false",
                    help="render: no PNG figure (default: off, figure written)")
+    m = sub.add_parser(
+        "compare", help="Ag(A) - Ag(B) of two trained runs on the same test examples, with "
+        "a paired bootstrap interval and the per-client differences",
+        description="Restores each run's checkpoint, records which test examples each model "
+        "classifies correctly and prints Ag(A) - Ag(B) with a paired, per-client bootstrap "
+        "interval (test-sample noise only, not the spread over seeds), the per-client "
+        "differences and how many clients each model leads on.",
+        formatter_class=_HelpFormatter)
+    m.add_argument("run_a", help="a run directory (fedjax-sc train --out, or a reproduce "
+                   "store's <scene>/<method>/seed-<s>)")
+    m.add_argument("run_b", help="another run directory on the same clients and test data")
+    m.add_argument("--personal", action="store_true",
+                   help="compare the personalised models before fine-tuning (shared + "
+                   "private leaves), e.g. for FedPer (default: off, the global models)")
+    m.add_argument("--round", dest="at_round", type=int,
+                   help="the checkpoints' round (default: each run's last saved)")
+    m.add_argument("--resamples", type=int, default=10_000, help="bootstrap draws")
+    m.add_argument("--seed", type=int, default=0, help="seed of the bootstrap draws")
+    m.add_argument("--level", type=float, default=0.95, help="coverage of the interval")
+    m.add_argument("--json", dest="json_path", help="also write the result to this JSON file")
     r = sub.add_parser(
         "probe", help="privacy probe of the word-embedding upload (Fig. 5): top-K similar "
         "words of a query in the Client, Server and Agg tables, I_ser and I_ag",
@@ -289,6 +309,11 @@ def main(argv: list[str] | None = None) -> int:
                 results.export(args["store"], args["dest"], args["scene"], args["table"],
                                args["methods"], range(args["seeds"]))
             print(results.render(args["dest"], args["scene"], args["table"], args["plots"]))
+        elif command == "compare":
+            from fedjax_sc.run.compare import compare
+            if not 0 < args["level"] < 1 or args["resamples"] < 1:
+                raise ValueError("--level must lie in (0, 1) and --resamples be at least 1")
+            compare(**args)
         elif command == "probe":
             from fedjax_sc.run.probe import probe
             probe(args["out"], args["client"], args["word"], bands=args["band"],

@@ -17,7 +17,6 @@ so the bands differ only in what is sent.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,14 +25,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 
 from fedjax_sc.algorithms.compression import EMBEDDING_TABLE
 from fedjax_sc.algorithms.kteps_star import private_upload
 from fedjax_sc.core import round as rnd
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.vocab import PAD, UNK
-from fedjax_sc.run.train import TrainConfig, build_setup, load_scene, restore_checkpoint
+from fedjax_sc.run.train import build_setup, load_run, load_scene, restore_checkpoint
 
 DEFAULT_TOP_K = (10, 20, 50, 100)
 TABLE_PATH = tuple(EMBEDDING_TABLE.split("/"))
@@ -54,27 +52,6 @@ def top_k(table: np.ndarray, query: int, candidates: np.ndarray, k: int) -> np.n
     scores = table[candidates] @ table[query]
     order = np.lexsort((candidates, -scores))
     return candidates[order[:k]]
-
-
-def load_run(out: str | Path) -> tuple[TrainConfig, ocp.CheckpointManager, int]:
-    """The resolved config of the run in ``out``, its checkpoint manager and last round.
-
-    Raises:
-      FileNotFoundError: ``out`` holds no config.json or no checkpoint.
-    """
-    out = Path(out)
-    saved = out / "config.json"
-    if not saved.exists():
-        raise FileNotFoundError(f"{saved} does not exist: not a fedjax-sc run directory")
-    fields = json.loads(saved.read_text())
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items() if k in known}
-    c = TrainConfig(**{**fields, "resume": False, "overwrite": False}).resolved()
-    ckpt = ocp.CheckpointManager(out.resolve() / "checkpoints")
-    step = ckpt.latest_step()
-    if step is None:
-        raise FileNotFoundError(f"{out / 'checkpoints'} holds no checkpoint")
-    return c, ckpt, int(step)
 
 
 def probe(out: str | Path, client: str, word: str = "man",

@@ -139,8 +139,8 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
               "method without a global model) and no Ap yet.", ""]
     lines += ["## Ag by round (every 10 rounds) and seconds per round", "",
               "| method | " + " | ".join(f"round {r}" for r in _every(c["rounds"])) +
-              " | s / round (median) | Ap phase, s |",
-              "|---|" + "---:|" * (len(_every(c["rounds"])) + 2)]
+              " | last 10 rounds, mean +- sd | s / round (median) | Ap phase, s |",
+              "|---|" + "---:|" * (len(_every(c["rounds"])) + 3)]
     for m in order:
         for s in seeds:
             if (m, s) not in rows:
@@ -153,12 +153,19 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
                                                   else _personal(row))
                 cells.append("" if value is None else f"{100 * value:.1f}"
                              + (" (p)" if row.get("Ag") is None else ""))
+            tail = [v for v in (r["Ag"] if r.get("Ag") is not None else _personal(r)
+                                for r in rows[(m, s)][-10:]) if v is not None]
+            cells.append(f"{100 * np.mean(tail):.1f} +- {100 * np.std(tail, ddof=1):.2f} "
+                         f"({rows[(m, s)][-len(tail)]['round']}-{rows[(m, s)][-1]['round']})"
+                         if len(tail) > 1 else "")
             secs = [r["seconds"] for r in rows[(m, s)]]
             ap_s = reports.get((m, s), {}).get("timing", {}).get("ap_seconds")
             lines.append(f"| {m} | " + " | ".join(cells) + f" | {np.median(secs):.0f} | "
                          + ("" if ap_s is None else f"{ap_s:.0f}") + " |")
     lines += ["", "(p): no global model; the clients' personalised accuracy before "
-              "fine-tuning. A blank cell: the run has not reached that round yet."]
+              "fine-tuning. A blank cell: the run has not reached that round yet. Last 10 "
+              "rounds: the mean and standard deviation of Ag over the rounds named, a measure "
+              "of how much one round's figure moves by chance late in training."]
     text = "\n".join(lines) + "\n"
     target = dest / scene / f"{table}.md"
     if plots:

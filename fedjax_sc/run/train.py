@@ -150,6 +150,33 @@ def restore_checkpoint(ckpt: ocp.CheckpointManager, step: int, state: ServerStat
             ClientStates(restored.get("private", client_states.private)))
 
 
+def load_run(out: str | Path, at_round: int | None = None
+             ) -> tuple[TrainConfig, ocp.CheckpointManager, int]:
+    """The resolved config of the run in ``out``, its checkpoint manager and the round of the
+    checkpoint to use: ``at_round`` (default: the last one saved).
+
+    Raises:
+      FileNotFoundError: ``out`` holds no config.json, no checkpoint, or none at
+        ``at_round`` (the message lists the saved rounds).
+    """
+    out = Path(out)
+    saved = out / "config.json"
+    if not saved.exists():
+        raise FileNotFoundError(f"{saved} does not exist: not a fedjax-sc run directory")
+    fields = json.loads(saved.read_text())
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items() if k in known}
+    c = TrainConfig(**{**fields, "resume": False, "overwrite": False}).resolved()
+    ckpt = ocp.CheckpointManager(out.resolve() / "checkpoints")
+    steps = sorted(int(s) for s in ckpt.all_steps())
+    if not steps:
+        raise FileNotFoundError(f"{out / 'checkpoints'} holds no checkpoint")
+    if at_round is not None and at_round not in steps:
+        raise FileNotFoundError(f"{out / 'checkpoints'} holds no checkpoint of round "
+                                f"{at_round}; saved rounds: {steps}")
+    return c, ckpt, steps[-1] if at_round is None else at_round
+
+
 def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Runs federated training, then the Ap phase, as ``config`` says.
 

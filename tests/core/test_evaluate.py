@@ -2,8 +2,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
-from fedjax_sc.core.evaluate import make_evaluate, mean_accuracy
+from fedjax_sc.core.evaluate import (
+    make_evaluate,
+    make_example_hits,
+    mean_accuracy,
+    paired_ag_difference,
+)
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.scenes import synthetic_scene
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
@@ -26,3 +34,60 @@ def test_accuracy_per_client_matches_numpy_for_global_and_stacked_params():
     np.testing.assert_allclose(acc2, acc, rtol=1e-6)
     with pytest.raises(ValueError, match="global vocabulary"):
         make_evaluate(model)(params, client_data(scene.train, local_vocab=True))
+
+
+def test_example_hits_are_the_examples_behind_the_accuracy():
+    scene = synthetic_scene(num_clients=3, train_per_client=8, test_per_client=7, max_len=9)
+    model = TextClassifier(vocab_size=len(scene.vocab), embed_dim=6, hidden=3, mlp_hidden=4)
+    params = init_params(model, jax.random.key(1))
+    test = client_data(scene.test)
+    hits = np.asarray(make_example_hits(model, batch_size=4, client_chunk=2)(params, test))
+    assert hits.shape == test.mask.shape and hits.dtype == bool
+    assert not hits[~np.asarray(test.mask)].any()  # padding is never a hit
+    logits = jax.jit(model.apply)
+    for k in range(3):
+        n = int(scene.test.counts[k])
+        pred = np.argmax(logits({"params": params}, scene.test.tokens[k, :n]), -1)
+        np.testing.assert_array_equal(hits[k, :n], pred == scene.test.labels[k, :n])
+    acc = np.asarray(make_evaluate(model, batch_size=4)(params, test))
+    np.testing.assert_allclose(hits.sum(1) / scene.test.counts, acc, rtol=1e-6)
+
+
+_HITS = hnp.arrays(bool, st.tuples(st.integers(1, 4), st.integers(1, 30)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_paired_ag_difference_is_the_mean_of_client_differences_and_antisymmetric(data):
+    a = data.draw(_HITS)
+    b = data.draw(hnp.arrays(bool, a.shape))
+    mask = data.draw(hnp.arrays(bool, a.shape))
+    mask[0, 0] = True  # at least one client has a test example
+    counts = mask.sum(1)
+    acc = lambda h: np.where(counts > 0, (h & mask).sum(1) / np.maximum(counts, 1), np.nan)
+    ab = paired_ag_difference(a, b, mask, resamples=200, seed=3)
+    ba = paired_ag_difference(b, a, mask, resamples=200, seed=3)
+    assert ab["diff"] == pytest.approx(np.nanmean(acc(a)) - np.nanmean(acc(b)))
+    assert ab["diff"] == pytest.approx(-ba["diff"])
+    assert ab["low"] == pytest.approx(-ba["high"]) and ab["high"] == pytest.approx(-ba["low"])
+    assert ab["low"] <= ab["high"]
+    assert ab["wins"] == ba["losses"] and ab["ties"] == ba["ties"]
+    assert ab["wins"] + ab["losses"] + ab["ties"] == int((counts > 0).sum())
+    assert ab["disagree"] == int(((a != b) & mask).sum())
+    same = paired_ag_difference(a, a, mask, resamples=50)
+    assert same["diff"] == same["low"] == same["high"] == 0.0 and same["disagree"] == 0
+
+
+def test_paired_ag_difference_interval_narrows_with_more_test_examples():
+    rng = np.random.default_rng(0)
+    widths = []
+    for n in (100, 1600):  # A is right on 80%, B on 75% of the examples, independently
+        a, b = rng.random((2, 4, n)) < np.array([0.8, 0.75])[:, None, None]
+        r = paired_ag_difference(a, b, np.ones((4, n), bool), resamples=2000)
+        assert r["low"] < r["diff"] < r["high"]
+        widths.append(r["high"] - r["low"])
+    assert widths[1] < widths[0] / 2  # about 1/sqrt(n)
+    with pytest.raises(ValueError, match="no client has a test example"):
+        paired_ag_difference(a, b, np.zeros_like(a))
+    with pytest.raises(ValueError, match="shape"):
+        paired_ag_difference(a, b[:, :3], np.ones_like(a))

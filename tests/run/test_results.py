@@ -45,3 +45,12 @@ def test_a_running_run_is_exported_with_its_rounds_so_far(tmp_path, capsys):
     assert "fedavg seed 0: 1 rounds, running" in out
     assert "fedavg (running: round 1/1)" in out and "| pending |" in out
     assert (dest / "synthetic" / "table3-convergence.png").stat().st_size > 1000
+    # the late-training noise column: mean and sd of Ag over the last 10 rounds
+    metrics = dest / "synthetic" / "table3" / "fedavg-seed0" / "metrics.jsonl"
+    first = json.loads(metrics.read_text().splitlines()[0])
+    ags = [0.1, 0.1] + [0.5, 0.6, 0.7] * 3 + [0.6]  # the last 10: mean 0.6, sd 0.0816
+    rows = [{**first, "round": r, "Ag": ag} for r, ag in enumerate(ags, start=1)]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["results", "render", "--table", "table3", "--scene", "synthetic",
+                 "--dest", str(dest), "--no-plots"]) == 0
+    assert "| 60.0 +- 8.16 (3-12) |" in capsys.readouterr().out

@@ -1,0 +1,70 @@
+"""fedjax-sc compare: paired Ag difference of two runs on the same test examples."""
+
+import json
+
+import numpy as np
+import pytest
+
+from fedjax_sc.run import cli
+from fedjax_sc.run.compare import compare
+from fedjax_sc.run.train import TrainConfig, train
+
+TINY = dict(scene="synthetic", synthetic_clients=3, synthetic_train=12, synthetic_test=9,
+            max_len=8, embed_dim=6, hidden=3, mlp_hidden=4, batch_size=4, local_epochs=1,
+            rounds=2, ap=False)
+
+
+def _quiet(_):
+    pass
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("compare")
+    out = {}
+    for name in ("fedavg", "kteps", "fedper"):
+        extra = {"furl_dim": 2} if name == "kteps" else {}
+        out[name] = (root / name, train(TrainConfig(**TINY, **extra, algorithm=name,
+                                                    out=str(root / name)), log=_quiet))
+    return out
+
+
+def test_compare_matches_each_runs_reported_accuracies(runs, tmp_path):
+    (a_dir, a), (b_dir, b) = runs["fedavg"], runs["kteps"]
+    lines = []
+    r = compare(a_dir, b_dir, resamples=500, json_path=tmp_path / "c.json", log=lines.append)
+    np.testing.assert_allclose(r["per_client_a"], [c["Ag"] for c in a["clients"]], atol=1e-6)
+    np.testing.assert_allclose(r["per_client_b"], [c["Ag"] for c in b["clients"]], atol=1e-6)
+    assert r["Ag_a"] == pytest.approx(a["Ag"]) and r["Ag_b"] == pytest.approx(b["Ag"])
+    assert r["diff"] == pytest.approx(a["Ag"] - b["Ag"])
+    assert r["low"] <= r["diff"] <= r["high"]
+    assert r["a"]["round"] == r["b"]["round"] == 2
+    text = "\n".join(lines)
+    assert "| **Ag** | 27 |" in text and "95% CI" in text and "kteps (global, round 2)" in text
+    saved = json.loads((tmp_path / "c.json").read_text())
+    assert saved["per_client"] == pytest.approx(list(r["per_client"]))
+    same = compare(a_dir, a_dir, resamples=50, log=_quiet)
+    assert same["diff"] == same["low"] == same["high"] == 0 and same["disagree"] == 0
+
+
+def test_compare_personalised_models_and_the_errors(runs, tmp_path, capsys):
+    (p_dir, p), (a_dir, _) = runs["fedper"], runs["fedavg"]
+    with pytest.raises(ValueError, match="fedper has no global model.*--personal"):
+        compare(p_dir, a_dir, log=_quiet)
+    with pytest.raises(ValueError, match="fedavg has no private leaves"):
+        compare(p_dir, a_dir, personal=True, log=_quiet)
+    r = compare(p_dir, runs["kteps"][0], personal=True, resamples=50, log=_quiet)
+    np.testing.assert_allclose(r["per_client_a"], [c["personal"] for c in p["clients"]],
+                               atol=1e-6)
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint of round 7; saved rounds: "
+                                                r"\[1, 2\]"):
+        compare(a_dir, a_dir, at_round=7, log=_quiet)
+    other = tmp_path / "other"  # other test examples: longer reviews kept
+    train(TrainConfig(**{**TINY, "max_len": 10}, out=str(other)), log=_quiet)
+    with pytest.raises(ValueError, match="other test examples"):
+        compare(a_dir, other, log=_quiet)
+    assert cli.main(["compare", str(a_dir), str(a_dir), "--resamples", "20"]) == 0
+    assert "| **Ag** |" in capsys.readouterr().out
+    assert cli.main(["compare", str(a_dir), str(tmp_path / "none")]) == 1
+    assert "config.json does not exist" in capsys.readouterr().err
+    assert cli.main(["compare", str(a_dir), str(a_dir), "--level", "nan"]) == 1
