@@ -135,8 +135,9 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
             name = "**Avg**" if client == "Avg" else client
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
-    lines += ["A running run shows its latest round's Ag^k (personalised accuracy for a "
-              "method without a global model) and no Ap yet.", ""]
+    lines += ["A running run shows its latest round's Ag^k (personalised accuracy before "
+              "fine-tuning, marked (p), for a method without a global model) and no Ap yet; "
+              "'starting': the run exists but has no finished round.", ""]
     lines += ["## Ag by round (every 10 rounds) and seconds per round", "",
               "| method | " + " | ".join(f"round {r}" for r in _every(c["rounds"])) +
               " | last 10 rounds, mean +- sd | s / round (median) | Ap phase, s |",
@@ -160,7 +161,8 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
                          if len(tail) > 1 else "")
             secs = [r["seconds"] for r in rows[(m, s)]]
             ap_s = reports.get((m, s), {}).get("timing", {}).get("ap_seconds")
-            lines.append(f"| {m} | " + " | ".join(cells) + f" | {np.median(secs):.0f} | "
+            lines.append(f"| {m} | " + " | ".join(cells) + " | "
+                         + (f"{np.median(secs):.0f}" if secs else "") + " | "
                          + ("" if ap_s is None else f"{ap_s:.0f}") + " |")
     lines += ["", "(p): no global model; the clients' personalised accuracy before "
               "fine-tuning. A blank cell: the run has not reached that round yet. Last 10 "
@@ -218,7 +220,7 @@ def _ours(method: str, client: str, key: str, seeds: Sequence[int], reports: dic
     if not done:
         latest = [rows[(method, s)][-1] for s in seeds if rows.get((method, s))]
         if not latest:
-            return "not run"
+            return "starting" if any((method, s) in rows for s in seeds) else "not run"
         if key == "Ap":
             return "pending"
         row = latest[0]
@@ -228,7 +230,8 @@ def _ours(method: str, client: str, key: str, seeds: Sequence[int], reports: dic
             value = row.get("Ag") if row.get("Ag") is not None else _personal(row)
         else:
             value = per_client[clients.index(client)] if per_client else None
-        return "n/a" if value is None else f"{100 * value:.1f}"
+        mark = "" if row.get("Ag") is not None else " (p)"
+        return "n/a" if value is None else f"{100 * value:.1f}{mark}"
     values: list[Any] = [client_metric(table, method, client)(reports[(method, s)])
                          for s in done]
     values = [100 * v for v in values if v is not None]

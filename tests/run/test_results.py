@@ -35,15 +35,25 @@ def test_export_keeps_small_files_and_render_needs_nothing_else(tmp_path, capsys
 
 def test_a_running_run_is_exported_with_its_rounds_so_far(tmp_path, capsys):
     store, dest = tmp_path / "store", tmp_path / "results"
-    assert main(["reproduce", "table3", *TINY, "--methods", "fedavg", "--out",
+    assert main(["reproduce", "table3", *TINY, "--methods", "fedavg", "fedper", "--out",
                  str(store)]) == 0
-    (run_dir(store, "synthetic", "fedavg", 0) / "report.json").unlink()  # as if still going
+    for m in ("fedavg", "fedper"):  # as if still going
+        (run_dir(store, "synthetic", m, 0) / "report.json").unlink()
+    starting = run_dir(store, "synthetic", "kteps", 0)  # started, no round finished yet
+    starting.mkdir(parents=True)
+    (starting / "config.json").write_text(
+        (run_dir(store, "synthetic", "fedavg", 0) / "config.json").read_text())
+    (starting / "metrics.jsonl").write_text("")  # as train writes it before round 1
     capsys.readouterr()
     assert main(["results", "export", "--table", "table3", "--scene", "synthetic",
-                 "--store", str(store), "--methods", "fedavg", "--dest", str(dest)]) == 0
+                 "--store", str(store), "--methods", "fedavg", "fedper", "kteps",
+                 "--dest", str(dest)]) == 0
     out = capsys.readouterr().out
     assert "fedavg seed 0: 1 rounds, running" in out
     assert "fedavg (running: round 1/1)" in out and "| pending |" in out
+    fedper = next(x for x in out.splitlines() if x.startswith("| fedper | 1 / 1 |"))
+    assert "(p) | n/a | pending |" in fedper  # personalised, marked: FedPer has no Ag
+    assert "| kteps | 0 / 1 | starting |" in out
     assert (dest / "synthetic" / "table3-convergence.png").stat().st_size > 1000
     # the late-training noise column: mean and sd of Ag over the last 10 rounds
     metrics = dest / "synthetic" / "table3" / "fedavg-seed0" / "metrics.jsonl"
