@@ -241,8 +241,10 @@ def paired_ag_difference(hits_a: Any, hits_b: Any, mask: Any, resamples: int = 1
       differences are fractions (multiply by 100 for points).
 
     Raises:
-      ValueError: if the shapes differ or no client has a test example.
+      ValueError: if the shapes differ, no client has a test example, ``resamples`` < 1 or
+        ``level`` is not in (0, 1).
     """
+    check_bootstrap(resamples, level)
     a, b, m = (np.asarray(x, dtype=bool) for x in (hits_a, hits_b, mask))
     if not a.shape == b.shape == m.shape or a.ndim != 2:
         raise ValueError(f"hits and mask must share one [K, n] shape, got {a.shape}, "
@@ -269,3 +271,10 @@ def paired_ag_difference(hits_a: Any, hits_b: Any, mask: Any, resamples: int = 1
             "per_client": per_client, "wins": int((ahead > 0).sum()),
             "losses": int((ahead < 0).sum()), "ties": int((ahead == 0).sum()),
             "disagree": int(np.abs(delta).sum()), "resamples": resamples, "level": level}
+
+
+def check_bootstrap(resamples: int, level: float) -> None:
+    """Raises ValueError unless ``resamples`` >= 1 and 0 < ``level`` < 1 (NaN refused)."""
+    if not 0 < level < 1 or resamples < 1:
+        raise ValueError(f"--level must lie in (0, 1) and --resamples be at least 1, got "
+                         f"{level} and {resamples}")

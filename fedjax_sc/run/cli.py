@@ -311,8 +311,6 @@ def main(argv: list[str] | None = None) -> int:
             print(results.render(args["dest"], args["scene"], args["table"], args["plots"]))
         elif command == "compare":
             from fedjax_sc.run.compare import compare
-            if not 0 < args["level"] < 1 or args["resamples"] < 1:
-                raise ValueError("--level must lie in (0, 1) and --resamples be at least 1")
             compare(**args)
         elif command == "probe":
             from fedjax_sc.run.probe import probe

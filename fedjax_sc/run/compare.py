@@ -26,6 +26,7 @@ import numpy as np
 
 from fedjax_sc.core.evaluate import (
     accuracy_list,
+    check_bootstrap,
     make_example_hits,
     make_personal_evaluate,
     paired_ag_difference,
@@ -102,6 +103,7 @@ def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
       ValueError: the two runs were evaluated on other clients or other test examples.
       FileNotFoundError, ValueError: as :func:`run_hits`.
     """
+    check_bootstrap(resamples, level)  # before the runs are loaded
     a = run_hits(run_a, personal, at_round)
     b = run_hits(run_b, personal, at_round)
     if a["clients"] != b["clients"]:

@@ -150,12 +150,10 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
             cells = []
             for r in _every(c["rounds"]):
                 row = by_round.get(r)
-                value = None if row is None else (row.get("Ag") if row.get("Ag") is not None
-                                                  else _personal(row))
+                value = None if row is None else _headline(row)
                 cells.append("" if value is None else f"{100 * value:.1f}"
                              + (" (p)" if row.get("Ag") is None else ""))
-            tail = [v for v in (r["Ag"] if r.get("Ag") is not None else _personal(r)
-                                for r in rows[(m, s)][-10:]) if v is not None]
+            tail = [v for v in map(_headline, rows[(m, s)][-10:]) if v is not None]
             cells.append(f"{100 * np.mean(tail):.1f} +- {100 * np.std(tail, ddof=1):.2f} "
                          f"({rows[(m, s)][-len(tail)]['round']}-{rows[(m, s)][-1]['round']})"
                          if len(tail) > 1 else "")
@@ -206,6 +204,11 @@ def _every(rounds: int) -> list[int]:
     return [r for r in range(10, rounds + 1, 10)] or [rounds]
 
 
+def _headline(row: dict) -> float | None:
+    """A round's Ag, or its personalised accuracy for a method without a global model."""
+    return row["Ag"] if row.get("Ag") is not None else _personal(row)
+
+
 def _personal(row: dict) -> float | None:
     personal = row.get("personal") or {}
     return next(iter(personal.values()), None)
@@ -227,7 +230,7 @@ def _ours(method: str, client: str, key: str, seeds: Sequence[int], reports: dic
         per_client = (row.get("Ag_per_client") if row.get("Ag") is not None
                       else row.get("personal_per_client")) or []
         if client == "Avg":
-            value = row.get("Ag") if row.get("Ag") is not None else _personal(row)
+            value = _headline(row)
         else:
             value = per_client[clients.index(client)] if per_client else None
         mark = "" if row.get("Ag") is not None else " (p)"
