@@ -22,7 +22,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from fedjax_sc.run.reproduce import TABLE7_D1, TABLE7_FRACTIONS
+    from fedjax_sc.run.reproduce import TABLE7_D1, TABLE7_FRACTIONS, TABLES
     p = argparse.ArgumentParser(prog="fedjax-sc", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     presets = "; ".join(f"{s}: {v}" for s, v in config.SCENE_DEFAULTS.items())
@@ -40,8 +40,7 @@ def _parser() -> argparse.ArgumentParser:
         "applies to each run. --quick: 1 round, n_Z = 5, 1 seed; otherwise the scene's paper "
         "settings and 3 seeds. Presets: " + presets,
         formatter_class=_HelpFormatter)
-    q.add_argument("table", choices=("table2", "table3", "table4", "table5", "table6",
-                                     "table7", "table8"))
+    q.add_argument("table", choices=TABLES)
     _train_arguments(q, grid=True)
     q.add_argument("--seeds", type=int, help="number of seeds 0..N-1 (default: 1 with "
                    "--quick, else 3)")
@@ -63,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
         "results/, or regenerate a table and its figure from results/ alone",
         formatter_class=_HelpFormatter)
     x.add_argument("action", choices=("export", "render"))
-    x.add_argument("--table", required=True, choices=("table2", "table3"))
+    x.add_argument("--table", required=True, choices=TABLES)
     x.add_argument("--scene", default="fdu")
     x.add_argument("--dest", default="results", help="the results folder")
     x.add_argument("--store", help="export: the results store of fedjax-sc reproduce --out")

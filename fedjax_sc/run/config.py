@@ -328,6 +328,15 @@ def corpus_files(c: TrainConfig) -> list[Path]:
     return []
 
 
+def config_from_json(fields: dict[str, Any]) -> TrainConfig:
+    """The resolved config a run's ``config.json`` holds (lists back to tuples; fields an
+    older or newer version wrote that this one lacks are dropped; ``resume`` and ``overwrite``
+    off)."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items() if k in known}
+    return TrainConfig(**{**fields, "resume": False, "overwrite": False}).resolved()
+
+
 def config_diff(saved: dict[str, Any], c: TrainConfig) -> dict[str, tuple[Any, Any]]:
     """``{field: (saved, now)}`` for the training settings in which a saved ``config.json``
     differs from ``c``. The rounds, the output folder and the Ap phase's settings may differ

@@ -7,7 +7,7 @@ results store under
 ``fedjax-sc train`` run directory (``config.json``, ``metrics.jsonl``, ``checkpoints/``,
 ``report.json``). A finished run (a report for the requested rounds) is skipped, an
 interrupted one resumed, so tables share runs (Table 2's KTEPS is Table 4's lambda1 = lambda2 =
-0.01 cell) and an interrupted reproduction continues where it stopped. Runs that differ from
+0.01 cell, its KTEPS* Table 7's cell of the default band) and an interrupted reproduction continues where it stopped. Runs that differ from
 another run only in the Ap phase (Table 5's mu) copy that run's last checkpoint and redo the Ap
 phase alone. ``--methods`` trains only the named runs (Tables 2-3: the methods; other tables:
 the run names :func:`plan` gives); the table still shows every other run the store already
@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fedjax_sc.algorithms.kteps_star import default_band
 from fedjax_sc.core import personalize
 from fedjax_sc.run import paper
 from fedjax_sc.run.train import TrainConfig, config_diff, train
@@ -145,11 +146,11 @@ def plan(table: str, scene: str, embed_dim: int, d1s: Sequence[int] = TABLE7_D1,
                     raise ValueError(f"Table 7 band d1 = {d1}, d2 = {d2} (fraction {f:g} of "
                                      f"d = {embed_dim}) is empty")
                 bands[(f, d1)] = (d1, d2)
-        runs = [Run(f"kteps_star_d1-{b[0]}_d2-{b[1]}", {"algorithm": "kteps_star",
-                                                         "pca_band": b}) for b in bands.values()]
+        runs = [Run(_band_name(b, embed_dim), {"algorithm": "kteps_star", "pca_band": b})
+                for b in bands.values()]
         ref = paper.TABLE7.get(scene, {})
         cells = {f"d2 = {bands[(f, d1s[0])][1]} ({_fmt(f)} d)": {
-            f"{m} d1 = {d1}": Cell(f"kteps_star_d1-{d1}_d2-{bands[(f, d1)][1]}", avg(m),
+            f"{m} d1 = {d1}": Cell(_band_name(bands[(f, d1)], embed_dim), avg(m),
                                    ref.get(m, {}).get(f, {}).get(d1))
             for m in ("Ag", "Ap") for d1 in d1s} for f in fractions}
         return runs, cells
@@ -165,6 +166,13 @@ def plan(table: str, scene: str, embed_dim: int, d1s: Sequence[int] = TABLE7_D1,
             for m in ("Ag", "Ap") for a in archs} for l in lambdas}
         return runs, cells
     raise ValueError(f"unknown table {table!r}; choose from {TABLES}")
+
+
+def _band_name(band: tuple[int, int], embed_dim: int) -> str:
+    """Table 7's run of a band: ``kteps_star`` for the default band (the run of Tables 2, 3, 5
+    and 6), ``kteps_star_d1-<d1>_d2-<d2>`` otherwise."""
+    return ("kteps_star" if tuple(band) == default_band(embed_dim)
+            else f"kteps_star_d1-{band[0]}_d2-{band[1]}")
 
 
 def _kteps_name(a: float, b: float) -> str:
@@ -311,10 +319,14 @@ def _ensure(run: Run, c: TrainConfig, out: Path, log: Callable[[str], None]) -> 
 
 
 def format_table(table: str, c: TrainConfig, cells: dict[str, dict[str, Cell]],
-                 reports: dict[tuple[str, int], dict], seeds: Sequence[int]) -> str:
+                 reports: dict[tuple[str, int], dict], seeds: Sequence[int],
+                 running: dict[str, int] | None = None) -> str:
     """Markdown: ``ours (paper)`` per cell, ours = mean +- std over seeds in percent;
-    ``not run`` where ``reports`` lacks a seed of the cell's run, ``n/a`` where the run has no
-    such figure (e.g. Ag of a method without a global model)."""
+    ``running: round N/R`` where a run without every seed's report has reached round N
+    (``running``: run name -> rounds done), ``not run`` where ``reports`` lacks a seed of any
+    other cell's run, ``n/a`` where the run has no such figure (e.g. Ag of a method without a
+    global model)."""
+    running = running or {}
     columns = list(next(iter(cells.values())))
     n = len(seeds)
     head = (f"{table.capitalize()} on {c.scene}: ours (paper), ours = mean"
@@ -327,7 +339,9 @@ def format_table(table: str, c: TrainConfig, cells: dict[str, dict[str, Cell]],
         for col in columns:
             cell = by_column[col]
             if any((cell.run, s) not in reports for s in seeds):
-                out.append("not run" + ("" if cell.paper is None else f" ({cell.paper})"))
+                mark = (f"running: round {running[cell.run]}/{c.rounds}"
+                        if cell.run in running else "not run")
+                out.append(mark + ("" if cell.paper is None else f" ({cell.paper})"))
                 continue
             values = [cell.metric(reports[(cell.run, s)]) for s in seeds]
             values = [100 * v for v in values if v is not None]

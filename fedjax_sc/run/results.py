@@ -24,7 +24,15 @@ from typing import Any
 import numpy as np
 
 from fedjax_sc.run import paper
-from fedjax_sc.run.reproduce import TABLE23_METHODS, client_metric, run_dir
+from fedjax_sc.run.config import config_from_json
+from fedjax_sc.run.reproduce import (
+    TABLE23_METHODS,
+    TABLES,
+    client_metric,
+    format_table,
+    plan,
+    run_dir,
+)
 
 SMALL_FILES = ("config.json", "metrics.jsonl", "report.json", "report.md")
 """What a run keeps in the repository (no checkpoints, no vocabulary)."""
@@ -87,85 +95,43 @@ def _runs(dest: Path, scene: str, table: str) -> dict[tuple[str, int], Path]:
 
 def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
     """Writes ``<dest>/<scene>/<table>.md`` (and the convergence PNG) from the exported runs of
-    a Table 2/3 reproduction; returns the Markdown.
+    a table's reproduction; returns the Markdown.
+
+    Tables 2-3: the averages, then Ag^k and Ap^k per client beside the paper's. Tables 4-8:
+    the table's grid as ``fedjax-sc reproduce`` prints it (ours (paper) per cell), with
+    ``running: round N/R`` for a run exported before it finished. Every table then gets Ag by
+    round (every 10 rounds, the late-round spread, seconds per round) and the figure.
 
     Raises:
-      ValueError: a table other than table2/table3, or no exported run.
+      ValueError: an unknown table, or no exported run.
     """
-    if table not in TABLE23_METHODS:
-        raise ValueError(f"results render covers table2 and table3, got {table!r}")
+    if table not in TABLES:
+        raise ValueError(f"unknown table {table!r}; choose from {TABLES}")
     dest = Path(dest)
     runs = _runs(dest, scene, table)
     if not runs:
         raise ValueError(f"no exported run in {dest / scene / table}")
-    order = [m for m in TABLE23_METHODS[table] if any(k[0] == m for k in runs)]
     seeds = sorted({s for _, s in runs})
     configs = {k: json.loads((v / "config.json").read_text()) for k, v in runs.items()}
     reports = {k: json.loads((v / "report.json").read_text()) for k, v in runs.items()
                if (v / "report.json").is_file()}
     rows = {k: _round_rows(v) for k, v in runs.items()}
     c = next(iter(configs.values()))
-    lines = [f"# {table.capitalize()} on {scene}: ours beside the paper's figures", "",
-             summary_table(order, seeds, reports, rows, c["rounds"], scene), "",
-             f"Ours: {c['rounds']} rounds, GloVe d = {c.get('embed_dim')} "
-             f"({c.get('embeddings')}), batch {c.get('batch_size')}, LR {c.get('lr')}, "
-             f"{c.get('local_epochs')} local epochs, L = {c.get('max_len')}, n_Z = "
-             f"{c.get('ap_evals')}, z = {c.get('ap_steps')}, mu = {c.get('ap_lr_mult')}; "
-             f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}. Paper: 50 "
-             f"rounds, 200d GloVe. Regenerate: `fedjax-sc results render --table {table} "
-             f"--scene {scene}`.", ""]
-    clients = [r["client"] for r in (next(iter(reports.values()))["clients"] if reports else
-                                     [])] or list(paper.TABLE2.get(scene, {}).get("fedavg", {}))
-    clients = [x for x in clients if x != "Avg"] + ["Avg"]
-    heads = []
-    for m in order:
-        progress = [len(rows[(m, s)]) for s in seeds if (m, s) in rows and (m, s) not in reports]
-        heads.append(m + (f" (running: round {max(progress)}/{c['rounds']})" if progress
-                          else ""))
-    for key, title, source in (("Ag", "Ag^k and Ag (paper: Table 2)", paper.TABLE2),
-                               ("Ap", "Ap^k and Ap (paper: Table 3)", paper.TABLE3)):
-        lines += [f"## {title}", "", "| client | " + " | ".join(heads) + " |",
-                  "|---|" + "---:|" * len(order)]
-        for client in clients:
-            cells = []
-            for m in order:
-                theirs = source.get(scene, {}).get(m, {}).get(client)
-                ours = _ours(m, client, key, seeds, reports, rows, clients)
-                cells.append(ours + ("" if theirs is None else f" ({theirs})"))
-            name = "**Avg**" if client == "Avg" else client
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        lines.append("")
-    lines += ["A running run shows its latest round's Ag^k (personalised accuracy before "
-              "fine-tuning, marked (p), for a method without a global model) and no Ap yet; "
-              "'starting': the run exists but has no finished round.", ""]
-    lines += ["## Ag by round (every 10 rounds) and seconds per round", "",
-              "| method | " + " | ".join(f"round {r}" for r in _every(c["rounds"])) +
-              " | last 10 rounds, mean +- sd | s / round (median) | Ap phase, s |",
-              "|---|" + "---:|" * (len(_every(c["rounds"])) + 3)]
-    for m in order:
-        for s in seeds:
-            if (m, s) not in rows:
-                continue
-            by_round = {r["round"]: r for r in rows[(m, s)]}
-            cells = []
-            for r in _every(c["rounds"]):
-                row = by_round.get(r)
-                value = None if row is None else _headline(row)
-                cells.append("" if value is None else f"{100 * value:.1f}"
-                             + (" (p)" if row.get("Ag") is None else ""))
-            tail = [v for v in map(_headline, rows[(m, s)][-10:]) if v is not None]
-            cells.append(f"{100 * np.mean(tail):.1f} +- {100 * np.std(tail, ddof=1):.2f} "
-                         f"({rows[(m, s)][-len(tail)]['round']}-{rows[(m, s)][-1]['round']})"
-                         if len(tail) > 1 else "")
-            secs = [r["seconds"] for r in rows[(m, s)]]
-            ap_s = reports.get((m, s), {}).get("timing", {}).get("ap_seconds")
-            lines.append(f"| {m} | " + " | ".join(cells) + " | "
-                         + (f"{np.median(secs):.0f}" if secs else "") + " | "
-                         + ("" if ap_s is None else f"{ap_s:.0f}") + " |")
-    lines += ["", "(p): no global model; the clients' personalised accuracy before "
-              "fine-tuning. A blank cell: the run has not reached that round yet. Last 10 "
-              "rounds: the mean and standard deviation of Ag over the rounds named, a measure "
-              "of how much one round's figure moves by chance late in training."]
+    if table in TABLE23_METHODS:
+        order = [m for m in TABLE23_METHODS[table] if any(k[0] == m for k in runs)]
+        lines = [f"# {table.capitalize()} on {scene}: ours beside the paper's figures", "",
+                 summary_table(order, seeds, reports, rows, c["rounds"], scene), "",
+                 _settings_line(c, seeds, table, scene, dest), "",
+                 *_per_client(order, seeds, reports, rows, c["rounds"], scene)]
+    else:
+        planned, cells = plan(table, scene, c["embed_dim"])
+        order = [r.name for r in planned if any(k[0] == r.name for k in runs)]
+        running = {m: max(len(rows[(m, s)]) for s in seeds if (m, s) in rows)
+                   for m in order if any((m, s) not in reports for s in seeds)}
+        lines = [f"# {table.capitalize()} on {scene}: ours beside the paper's figures", "",
+                 format_table(table, config_from_json(c), cells, reports, seeds, running), "",
+                 _settings_line(c, seeds, table, scene, dest), ""]
+    lines += _by_round(order, seeds, reports, rows, c["rounds"])
     text = "\n".join(lines) + "\n"
     target = dest / scene / f"{table}.md"
     if plots:
@@ -181,6 +147,82 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
             text += f"\nFigure skipped: {e}\n"
     target.write_text(text)
     return text
+
+
+def _settings_line(c: dict, seeds: Sequence[int], table: str, scene: str, dest: Path) -> str:
+    return (f"Ours: {c['rounds']} rounds, GloVe d = {c.get('embed_dim')} "
+            f"({c.get('embeddings')}), batch {c.get('batch_size')}, LR {c.get('lr')}, "
+            f"{c.get('local_epochs')} local epochs, L = {c.get('max_len')}, n_Z = "
+            f"{c.get('ap_evals')}, z = {c.get('ap_steps')}, mu = {c.get('ap_lr_mult')}; "
+            f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+            + (f"; PCA {'centred' if c.get('pca_center', True) else 'uncentred'}, upload "
+               f"noise sigma {c.get('upload_noise')}" if table == "table7" else "")
+            + ". Paper: 50 "
+            f"rounds, 200d GloVe. Regenerate: `fedjax-sc results render --table {table} "
+            f"--scene {scene}" + ("" if dest == Path("results") else f" --dest {dest}")
+            + "`.")
+
+
+def _per_client(order: Sequence[str], seeds: Sequence[int], reports: dict, rows: dict,
+                rounds: int, scene: str) -> list[str]:
+    """Tables 2-3: Ag^k and Ap^k per client, ours (paper)."""
+    clients = [r["client"] for r in (next(iter(reports.values()))["clients"] if reports else
+                                     [])] or list(paper.TABLE2.get(scene, {}).get("fedavg", {}))
+    clients = [x for x in clients if x != "Avg"] + ["Avg"]
+    heads = []
+    for m in order:
+        progress = [len(rows[(m, s)]) for s in seeds if (m, s) in rows and (m, s) not in reports]
+        heads.append(m + (f" (running: round {max(progress)}/{rounds})" if progress else ""))
+    lines = []
+    for key, title, source in (("Ag", "Ag^k and Ag (paper: Table 2)", paper.TABLE2),
+                               ("Ap", "Ap^k and Ap (paper: Table 3)", paper.TABLE3)):
+        lines += [f"## {title}", "", "| client | " + " | ".join(heads) + " |",
+                  "|---|" + "---:|" * len(order)]
+        for client in clients:
+            cells = []
+            for m in order:
+                theirs = source.get(scene, {}).get(m, {}).get(client)
+                ours = _ours(m, client, key, seeds, reports, rows, clients)
+                cells.append(ours + ("" if theirs is None else f" ({theirs})"))
+            name = "**Avg**" if client == "Avg" else client
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines + ["A running run shows its latest round's Ag^k (personalised accuracy before "
+                    "fine-tuning, marked (p), for a method without a global model) and no Ap "
+                    "yet; 'starting': the run exists but has no finished round.", ""]
+
+
+def _by_round(order: Sequence[str], seeds: Sequence[int], reports: dict, rows: dict,
+              rounds: int) -> list[str]:
+    """Ag every 10 rounds, its spread over the last 10 rounds, seconds per round, Ap phase."""
+    lines = ["## Ag by round (every 10 rounds) and seconds per round", "",
+             "| run | " + " | ".join(f"round {r}" for r in _every(rounds)) +
+             " | last 10 rounds, mean +- sd | s / round (median) | Ap phase, s |",
+             "|---|" + "---:|" * (len(_every(rounds)) + 3)]
+    for m in order:
+        for s in seeds:
+            if (m, s) not in rows:
+                continue
+            by_round = {r["round"]: r for r in rows[(m, s)]}
+            cells = []
+            for r in _every(rounds):
+                row = by_round.get(r)
+                value = None if row is None else _headline(row)
+                cells.append("" if value is None else f"{100 * value:.1f}"
+                             + (" (p)" if row.get("Ag") is None else ""))
+            tail = [v for v in map(_headline, rows[(m, s)][-10:]) if v is not None]
+            cells.append(f"{100 * np.mean(tail):.1f} +- {100 * np.std(tail, ddof=1):.2f} "
+                         f"({rows[(m, s)][-len(tail)]['round']}-{rows[(m, s)][-1]['round']})"
+                         if len(tail) > 1 else "")
+            secs = [r["seconds"] for r in rows[(m, s)]]
+            ap_s = reports.get((m, s), {}).get("timing", {}).get("ap_seconds")
+            lines.append(f"| {m} | " + " | ".join(cells) + " | "
+                         + (f"{np.median(secs):.0f}" if secs else "") + " | "
+                         + ("" if ap_s is None else f"{ap_s:.0f}") + " |")
+    return lines + ["", "(p): no global model; the clients' personalised accuracy before "
+                    "fine-tuning. A blank cell: the run has not reached that round yet. Last 10 "
+                    "rounds: the mean and standard deviation of Ag over the rounds named, a "
+                    "measure of how much one round's figure moves by chance late in training."]
 
 
 def summary_table(order: Sequence[str], seeds: Sequence[int], reports: dict, rows: dict,

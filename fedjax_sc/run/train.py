@@ -54,6 +54,7 @@ from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configu
     SCENES,
     TrainConfig,
     config_diff,
+    config_from_json,
     corpus_files,
     load_scene,
 )
@@ -163,10 +164,7 @@ def load_run(out: str | Path, at_round: int | None = None
     saved = out / "config.json"
     if not saved.exists():
         raise FileNotFoundError(f"{saved} does not exist: not a fedjax-sc run directory")
-    fields = json.loads(saved.read_text())
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items() if k in known}
-    c = TrainConfig(**{**fields, "resume": False, "overwrite": False}).resolved()
+    c = config_from_json(json.loads(saved.read_text()))
     ckpt = ocp.CheckpointManager(out.resolve() / "checkpoints")
     steps = sorted(int(s) for s in ckpt.all_steps())
     if not steps:

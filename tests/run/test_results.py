@@ -64,3 +64,27 @@ def test_a_running_run_is_exported_with_its_rounds_so_far(tmp_path, capsys):
     assert main(["results", "render", "--table", "table3", "--scene", "synthetic",
                  "--dest", str(dest), "--no-plots"]) == 0
     assert "| 60.0 +- 8.16 (3-12) |" in capsys.readouterr().out
+
+
+def test_a_grid_table_renders_from_results_with_a_running_run(tmp_path, capsys):
+    # Table 7 at d = 8: the default band (2, 6) is the store's kteps_star run
+    store, dest = tmp_path / "store", tmp_path / "results"
+    assert main(["reproduce", "table7", *TINY, "--methods", "kteps_star", "--out",
+                 str(store)]) == 0
+    capsys.readouterr()
+    assert main(["results", "export", "--table", "table7", "--scene", "synthetic", "--store",
+                 str(store), "--methods", "kteps_star", "--dest", str(dest), "--no-plots"]) == 0
+    report = json.loads((dest / "synthetic" / "table7" / "kteps_star-seed0" / "report.json")
+                        .read_text())
+    row = lambda text: next(x for x in text.splitlines() if x.startswith("| d2 = 6 (0.75 d) |"))
+    cells = row((dest / "synthetic" / "table7.md").read_text()).split(" | ")
+    # columns: Ag d1 = 1, 2, 3, 6, then Ap d1 = 1, 2, 3, 6
+    assert cells[2] == f"{100 * report['Ag']:.1f}" and cells[6] == f"{100 * report['Ap']:.1f}"
+    assert cells[1] == "not run"
+    (dest / "synthetic" / "table7" / "kteps_star-seed0" / "report.json").unlink()  # as if going
+    capsys.readouterr()
+    assert main(["results", "render", "--table", "table7", "--scene", "synthetic",
+                 "--dest", str(dest), "--no-plots"]) == 0
+    text = capsys.readouterr().out
+    assert row(text).count("running: round 1/1") == 2
+    assert "| kteps_star | " in text  # Ag by round
