@@ -122,3 +122,20 @@ def test_noise_comes_after_compression_in_the_chain():
     assert "energy_kept" in diag
     # the basis sent is noised, so it is no longer orthonormal
     assert np.abs(np.asarray(c.basis.T @ c.basis) - np.eye(4)).max() > 0.1
+
+
+@settings(max_examples=5, deadline=None)
+@given(d=st.integers(5, 9), d1=st.integers(2, 3), seed=st.integers(0, 1000))
+def test_iterating_the_band_on_one_table_loses_d1_minus_1_directions_a_round(d, d1, seed):
+    # the paper's "error accumulation" (Sec. 5.6.3) when every client compresses the same full
+    # table (Eq. 10 as printed): the directions a round removes carry no variance in the next
+    # round's table, so that round's top components are new ones (uncentred: exact ranks)
+    d2 = d - 1
+    step_t = pca_compress(d1, d2, table="e/e", center=False)
+    step = jax.jit(lambda x: step_t.decode(step_t.encode({"e": {"e": x}}, (), KEY)[0],
+                                           ())["e"]["e"])
+    x = jnp.asarray(_table(60, d, seed))
+    for r in range(1, 4):
+        x = step(x)
+        rank = int(np.sum(np.linalg.svd(np.asarray(x), compute_uv=False) > 1e-3))
+        assert rank == max(0, (d2 - d1 + 1) - (d1 - 1) * (r - 1))
