@@ -155,8 +155,9 @@ def _settings_line(c: dict, seeds: Sequence[int], table: str, scene: str, dest: 
             f"{c.get('local_epochs')} local epochs, L = {c.get('max_len')}, n_Z = "
             f"{c.get('ap_evals')}, z = {c.get('ap_steps')}, mu = {c.get('ap_lr_mult')}; "
             f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
-            + (f"; PCA {'centred' if c.get('pca_center', True) else 'uncentred'}, upload "
-               f"noise sigma {c.get('upload_noise')}" if table == "table7" else "")
+            + (f"; PCA {'centred' if c.get('pca_center', True) else 'uncentred'} on "
+               f"{'the local-vocabulary rows' if c.get('local_vocab', True) else 'the whole table'}"
+               f", upload noise sigma {c.get('upload_noise')}" if table == "table7" else "")
             + ". Paper: 50 "
             f"rounds, 200d GloVe. Regenerate: `fedjax-sc results render --table {table} "
             f"--scene {scene}" + ("" if dest == Path("results") else f" --dest {dest}")
