@@ -38,7 +38,7 @@ import numpy as np
 
 from fedjax_sc.algorithms.aggregate import example_weights, weighted_mean_rows
 from fedjax_sc.algorithms.base import UploadContext
-from fedjax_sc.algorithms.compression import EMBEDDING_TABLE
+from fedjax_sc.algorithms.compression import EMBEDDING_TABLE, principal_components
 from fedjax_sc.algorithms.kteps_star import PAPER_SIGMA, private_upload
 from fedjax_sc.core import round as rnd
 from fedjax_sc.data.client_data import client_data
@@ -52,8 +52,7 @@ table's mean eigenvalue."""
 
 
 def _eigenvalues(table: np.ndarray) -> np.ndarray:
-    x = table.astype(np.float64)
-    return np.clip(np.linalg.eigvalsh(np.cov(x.T))[::-1], 0, None)
+    return np.asarray(principal_components(jnp.asarray(table))[0], np.float64)
 
 
 def _held_rows(data) -> np.ndarray:
