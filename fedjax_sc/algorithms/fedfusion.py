@@ -4,12 +4,16 @@ Approach"), as compared in Li et al. 2021, Sec. 5.4 and Tables 2-3.
 Every client keeps the global model it downloaded as a frozen feature extractor and trains a
 local copy whose features are fused with the frozen ones by a learned operator before the
 classifier (:class:`fedjax_sc.models.fusion.FusionClassifier`; default the "conv" operator,
-Yao et al.'s best). Every leaf -- extractor, fusion operator and classifier -- is averaged by the
-server as in FedAvg. The global model (Ag) fuses its extractor's features with themselves; in
+Yao et al.'s best). The global model (Ag) fuses its extractor's features with themselves; in
 the Ap phase the frozen extractor is the model before fine-tuning.
 
-Li et al. 2021 (Sec. 5.5) remark that their FedFusion kept a private word embedding; Yao et al.
-describe no private leaves, and this file follows Yao et al. (every leaf shared).
+Which leaves are averaged (``private_embedding``): Li et al. 2021 ran FedFusion with a private
+word embedding (Sec. 5.5 names it, with LG-FedAvg and PFL-DA, among the methods whose private
+embedding overfits), so that is the default: each client keeps its own embedding table across
+rounds, the BiGRU, fusion operator and classifier are averaged, and the global model's
+embedding is the server's copy, which no client uploads (its initial GloVe values; see
+:func:`fedjax_sc.run.train.global_params`). ``private_embedding=False`` is Yao et al.'s
+FedFusion, every leaf averaged as in FedAvg.
 """
 
 from __future__ import annotations
@@ -41,14 +45,20 @@ def fusion_loss(model: FusionClassifier):
     return loss
 
 
+PRIVATE_EMBEDDING_RULES = {"private": r"^embedding/", "shared": r"^(encoder|fuse|classifier)/"}
+"""Li et al.'s run: the word embedding stays on its client."""
+
+
 def fedfusion(model: FusionClassifier, learning_rate: float = LEARNING_RATE,
-              momentum: float = MOMENTUM,
-              embedding_learning_rate: float | None = None) -> Algorithm:
+              momentum: float = MOMENTUM, embedding_learning_rate: float | None = None,
+              private_embedding: bool = True) -> Algorithm:
     """Builds FedFusion.
 
     Args:
       model: ``FusionClassifier`` (its ``fusion`` attribute picks the operator).
       learning_rate, momentum, embedding_learning_rate: client SGD.
+      private_embedding: keep each client's word embedding private (Li et al. 2021's run,
+        the default); False averages every leaf (Yao et al. 2019).
 
     Returns:
       The :class:`Algorithm` (mode ``full``).
@@ -75,4 +85,5 @@ def fedfusion(model: FusionClassifier, learning_rate: float = LEARNING_RATE,
         aggregator=weighted_mean,
         predict=predict,
         global_predict=global_predict,
+        leaf_rules=PRIVATE_EMBEDDING_RULES if private_embedding else None,
     )

@@ -20,11 +20,8 @@ import math
 from fedjax_sc.algorithms.base import Algorithm, UploadTransform, chain, identity_upload
 from fedjax_sc.algorithms.compression import pca_compress
 from fedjax_sc.algorithms.kteps import kteps
-from fedjax_sc.algorithms.noise import gaussian_noise
+from fedjax_sc.algorithms.noise import PAPER_SIGMA, gaussian_noise
 from fedjax_sc.models.private_shared import PrivateSharedClassifier
-
-PAPER_SIGMA = 0.01
-"""Noise std of Sec. 5.2."""
 
 
 def default_band(embed_dim: int) -> tuple[int, int]:

@@ -14,6 +14,10 @@ import jax.numpy as jnp
 
 from fedjax_sc.algorithms.base import UploadContext, UploadTransform
 
+PAPER_SIGMA = 0.01
+"""Noise std of Li et al. 2021, Sec. 5.2 ("we add gaussian noise with sigma = 0.01 to the model
+parameters independently", said of the FL methods; Alg. 1 line 14 for KTEPS*)."""
+
 
 def gaussian_noise(sigma: float) -> UploadTransform:
     """Upload transform adding i.i.d. N(0, sigma^2) to every floating-point leaf of the message.

@@ -12,10 +12,11 @@ reports are the same code for every algorithm:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from fedjax_sc.algorithms.base import CentralTrainer
-from fedjax_sc.core.multitask import build_multitask_round
+from fedjax_sc.core.multitask import SCHEDULES, build_multitask_round
 from fedjax_sc.core.round import build_round
 from fedjax_sc.data.client_data import ClientData, host_client_data
 
@@ -30,12 +31,20 @@ def pooled() -> CentralTrainer:
     return CentralTrainer("pooled", data, build_round)
 
 
-def multitask() -> CentralTrainer:
-    """ASP: :func:`~fedjax_sc.core.multitask.build_multitask_round` on every client's data with
-    global vocabulary ids (its steps see all clients' batches at once)."""
+def multitask(schedule: str = "alternate") -> CentralTrainer:
+    """ASP: :func:`~fedjax_sc.core.multitask.build_multitask_round` with ``schedule`` (one of
+    :data:`~fedjax_sc.core.multitask.SCHEDULES`) on every client's data with global vocabulary
+    ids.
+
+    Raises:
+      ValueError: an unknown schedule.
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown multi-task schedule {schedule!r}; choose from {SCHEDULES}")
 
     def data(train: Any, local_vocab: bool) -> ClientData:
         del local_vocab  # the multi-task steps train the whole [V, d] table
         return host_client_data(train)
 
-    return CentralTrainer("multitask", data, build_multitask_round)
+    return CentralTrainer("multitask", data,
+                          functools.partial(build_multitask_round, schedule=schedule))

@@ -3,12 +3,22 @@ provided by ASP as :func:`fedjax_sc.core.central.multitask`).
 
 ``round_step(server_state, client_states, clients, rng)`` has the federated round's signature
 and states, so training, checkpoints, Ag/Ap evaluation and reports are shared: the "round" is
-``local_epochs`` epochs of synchronous multi-task SGD. Each step takes batch j of every client
-(each client's data reshuffled per epoch with the same schedule as the round,
-:func:`fedjax_sc.core.local.epoch_schedule`), evaluates every client's loss under ``vmap`` with
-the shared leaves and that client's private leaves, and applies one optimizer step to the
-shared leaves with the sum of the clients' gradients and one to each client's private leaves
-with its own gradient (kept unchanged on a client's padded steps) -- the masked step scan of
+``local_epochs`` epochs of multi-task SGD, every client's data reshuffled per epoch with the
+same plan as the round (:func:`fedjax_sc.core.local.epoch_schedule`). Two step schedules
+(:data:`SCHEDULES`):
+
+* ``alternate`` (default): one domain's mini-batch per step, the domains' batches interleaved
+  in a fresh random order each epoch (each domain's own batches in their order) -- the training loop of Liu, Qiu and Huang's multi-task
+  text classifiers (pick a task, take a mini-batch of it, step), so an epoch is
+  ``sum_k ceil(N^k / B)`` steps and every step has one domain's gradient scale. The step
+  updates the shared leaves and that domain's private leaves.
+* ``sum``: one step takes batch j of every domain under ``vmap`` and moves the shared leaves by
+  the sum of the domains' gradients (K times fewer, K times larger steps: equal to
+  ``alternate`` to first order, K times more parallel, but with momentum 0.9 a shared step is
+  K times one domain's).
+
+Either way each domain's private leaves move with its own gradient only (kept unchanged on its
+padded or other domains' steps) -- the masked step scan of
 :func:`fedjax_sc.core.local.local_steps` with one mask for the shared leaves and one per client.
 The optimizer states are fresh each round, as the round's. There is no upload: this baseline
 has no privacy.
@@ -32,19 +42,31 @@ from fedjax_sc.core.round import (
 )
 from fedjax_sc.data.client_data import ClientData
 
+SCHEDULES = ("alternate", "sum")
+"""The multi-task step schedules (see the module docstring)."""
 
-def build_multitask_round(algorithm: Algorithm, *, batch_size: int,
-                          local_epochs: int) -> Callable:
+
+def build_multitask_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
+                          schedule: str = "alternate") -> Callable:
     """The un-jitted multi-task round (same signature and returns as
     :func:`fedjax_sc.core.round.build_round`).
 
+    Args:
+      algorithm: the multi-task algorithm (ASP); its client loss sees the domain index as
+        ``start.client``.
+      batch_size, local_epochs: B and the epochs per call.
+      schedule: one of :data:`SCHEDULES`.
+
     Raises:
-      ValueError: batch_size or local_epochs < 1, inconsistent algorithm fields, or (at call
-        time) client data with local-vocabulary ids (this trainer needs global ids).
+      ValueError: batch_size or local_epochs < 1, an unknown schedule, inconsistent algorithm
+        fields, or (at call time) client data with local-vocabulary ids (this trainer needs
+        global ids).
     """
     if batch_size < 1 or local_epochs < 1:
         raise ValueError(f"batch_size and local_epochs must be >= 1, got {batch_size}, "
                          f"{local_epochs}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown multi-task schedule {schedule!r}; choose from {SCHEDULES}")
     opt = algorithm.client_optimizer
 
     def round_step(state: ServerState, client_states: ClientStates, clients: ClientData,
@@ -57,6 +79,8 @@ def build_multitask_round(algorithm: Algorithm, *, batch_size: int,
         keys = jax.vmap(lambda k: jax.random.fold_in(round_key, k))(jnp.arange(num))
         idx, bmask = jax.vmap(lambda k, m: epoch_schedule(k, m, batch_size, local_epochs))(
             keys, clients.mask)  # [K, E, S, B]
+        if schedule == "alternate":
+            return _alternate(state, client_states, clients, round_key, keys, idx, bmask)
         steps = idx.shape[1] * idx.shape[2]
         e, j = jnp.divmod(jnp.arange(steps), idx.shape[2])
         idx = jnp.swapaxes(idx.reshape(num, steps, batch_size), 0, 1)
@@ -90,6 +114,57 @@ def build_multitask_round(algorithm: Algorithm, *, batch_size: int,
         ((shared, private), _), (losses, aux) = local_steps(
             step, pair_opt, init, pair_opt.init(init), (idx, bmask, e, j),
             (jnp.any(real, axis=1), real))
+        return _finish(state, shared, private, real, losses, aux)
+
+    def _alternate(state, client_states, clients, round_key, keys, idx, bmask):
+        num, epochs, per_epoch = idx.shape[:3]
+        slots = num * per_epoch
+
+        def epoch_slots(e):
+            # a random interleaving of the domains' real batches, each domain's in its own
+            # order j = 0, 1, ... (its sorted draws); padded batches last
+            real = jnp.any(bmask[:, e], axis=-1)  # [K, S]
+            noise = jnp.sort(jax.random.uniform(jax.random.fold_in(
+                jax.random.fold_in(round_key, 1 + num), e), (num, per_epoch)), axis=1)
+            order = jnp.argsort(jnp.where(real, noise, 2.0).reshape(slots))
+            return order // per_epoch, order % per_epoch
+
+        ks, js = jax.vmap(epoch_slots)(jnp.arange(epochs))  # [E, K * S]
+        es = jnp.broadcast_to(jnp.arange(epochs)[:, None], ks.shape)
+        ks, js, es = ks.reshape(-1), js.reshape(-1), es.reshape(-1)
+        step_idx, step_mask = idx[ks, es, js], bmask[ks, es, js]  # [T, B]
+        real_shared = jnp.any(step_mask, axis=-1)
+        real = (ks[:, None] == jnp.arange(num)[None, :]) & real_shared[:, None]  # [T, K]
+        take = lambda tree, k: jax.tree.map(lambda x: x[k], tree)
+
+        def step(both, inputs):
+            i, m, e, j, k = inputs
+            shared, private = both
+            start = ClientStart(masking.merge(state.params, take(client_states.private, k)),
+                                (), k)
+            batch = Batch(clients.tokens[k, i], clients.labels[k, i], m)
+            rng = jax.random.fold_in(jax.random.fold_in(keys[k], e), j)
+            loss = lambda sh, pr: algorithm.client_loss(masking.merge(sh, pr), batch, rng, start)
+            (value, aux), (g_shared, g_own) = jax.value_and_grad(
+                loss, argnums=(0, 1), has_aux=True)(shared, take(private, k))
+            g_private = jax.tree.map(lambda z, g: jnp.zeros_like(z).at[k].set(g), private,
+                                     g_own)
+            return (value, aux), (g_shared, g_private)
+
+        pair_opt = _shared_and_per_client(opt)
+        init = (state.params, client_states.private)
+        ((shared, private), _), (losses, aux) = local_steps(
+            step, pair_opt, init, pair_opt.init(init), (step_idx, step_mask, es, js, ks),
+            (real_shared, real))
+        # each step's loss counted for its own domain only
+        losses = jnp.where(real, losses[:, None], 0.0)
+        aux = jax.tree.map(lambda a: jnp.where(real, a[:, None], 0.0), aux)
+        return _finish(state, shared, private, real, losses, aux)
+
+    def _finish(state, shared, private, real, losses, aux):
+        """The new states and the round's metrics from per-step, per-domain ``[T, K]``
+        losses and aux (zero where the domain did not step)."""
+        num = real.shape[1]
         losses = jnp.where(real, losses, 0.0)
         aux = jax.tree.map(lambda a: jnp.where(real, a, 0.0), aux)
         n = jnp.sum(real, axis=0)

@@ -152,7 +152,8 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="principal components of the uncentred rows (default: off, centred "
                    "PCA)")
     u.add_argument("--upload-noise", type=float, help="sigma of Gaussian noise added to "
-                   "every uploaded leaf after compression (kteps_star default 0.01, else 0)")
+                   "every uploaded leaf after compression (default 0.01 for the federated "
+                   "algorithms, the paper's Sec. 5.2; 0 for indiv, fs, asp; 0 turns it off)")
     u.add_argument("--dp-clip", type=float, help="DP-SGD on the shared leaves: per-example "
                    "clipping norm C (default: no DP-SGD)")
     u.add_argument("--dp-noise", type=float, default=_d("dp_noise"),
@@ -163,8 +164,14 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     b.add_argument("--prox-mu", type=float, default=_d("prox_mu"), help="FedProx mu (fedprox, "
                    "fedprox_kc)")
     b.add_argument("--mmd-weight", type=float, default=_d("mmd_weight"), help="FedMMD lambda")
+    b.add_argument("--mmd-kernel", choices=("multi", "median"), default=_d("mmd_kernel"),
+                   help="FedMMD kernel: the sum of 19 Gaussian kernels of Yao et al.'s code, or "
+                   "one Gaussian of median-heuristic width")
     b.add_argument("--fusion", choices=("conv", "multi", "single"), default=_d("fusion"),
                    help="FedFusion operator (Yao et al. 2019)")
+    b.add_argument("--fusion-shared-embedding", dest="fusion_private_embedding",
+                   action="store_false", help="FedFusion averages the word embedding too (Yao "
+                   "et al. 2019); default: private embedding, as Li et al. ran it (Sec. 5.5)")
     b.add_argument("--kc-clusters", type=int, default=_d("kc_clusters"),
                    help="FedKC K-Means clusters q")
     b.add_argument("--kc-iterations", type=int, default=_d("kc_iterations"),
@@ -175,6 +182,9 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="ASP lambda_adv (Liu et al. 2017)")
     b.add_argument("--asp-orthogonal", type=float, default=_d("asp_orthogonal"),
                    help="ASP orthogonality gamma (Liu et al. 2017)")
+    b.add_argument("--asp-schedule", choices=("alternate", "sum"), default=_d("asp_schedule"),
+                   help="ASP's multi-task steps: one domain's batch per step (Liu et al.'s "
+                   "loop) or every domain's batch per step with the gradients summed")
     f = t.add_argument_group("scale: partitions, participation, server optimizer (FedNLP, "
                              "FedOpt)")
     f.add_argument("--partition", choices=("natural", "dirichlet_label", "dirichlet_quantity"),

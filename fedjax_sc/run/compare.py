@@ -32,7 +32,13 @@ from fedjax_sc.core.evaluate import (
     paired_ag_difference,
 )
 from fedjax_sc.data.client_data import client_data
-from fedjax_sc.run.train import build_setup, load_run, load_scene, restore_checkpoint
+from fedjax_sc.run.train import (
+    build_setup,
+    global_params,
+    load_run,
+    load_scene,
+    restore_checkpoint,
+)
 
 
 def run_hits(out: str | Path, personal: bool = False, at_round: int | None = None
@@ -72,7 +78,8 @@ def run_hits(out: str | Path, personal: bool = False, at_round: int | None = Non
         if algorithm.global_predict is None:
             raise ValueError(f"{out}: {c.algorithm} has no global model; compare the "
                              f"personalised models (--personal)")
-        hits = make_example_hits(algorithm.global_predict)(state.params, test)
+        hits = make_example_hits(algorithm.global_predict)(global_params(setup, state.params),
+                                                           test)
         model = "global"
     return {"out": str(out), "algorithm": c.algorithm, "round": step, "model": model,
             "clients": list(scene.client_names), "hits": np.asarray(hits),

@@ -85,18 +85,25 @@ class TrainConfig:
         (d = 50: (2, 38)); None for the others = no compression.
       pca_center: centre the rows before the PCA (standard PCA; the projection itself is
         Eq. 11 as printed).
-      upload_noise: sigma of the Gaussian noise on every uploaded leaf (Alg. 1 line 14);
-        kteps_star's default 0.01, the others' 0.
+      upload_noise: sigma of the Gaussian noise on every uploaded leaf (Sec. 5.2, Alg. 1
+        line 14); None = 0.01 for every federated algorithm, 0 for indiv, fs and asp
+        (:func:`fedjax_sc.run.registry.upload_settings`).
       dp_clip: DP-SGD per-example clipping norm C on the shared leaves (None: no DP-SGD).
       dp_noise: DP-SGD noise multiplier z (noise std z * C on the summed clipped gradient).
       dp_delta: the delta at which the report states each client's epsilon.
-      prox_mu: FedProx's mu (fedprox, fedprox_kc; not given by the paper: 0.01).
-      mmd_weight: FedMMD's lambda (not given: 0.1).
+      prox_mu: FedProx's mu (fedprox, fedprox_kc; FedProx's value for Sent140: 0.01).
+      mmd_weight: FedMMD's lambda (the two-stream code's MNIST value: 0.1).
+      mmd_kernel: FedMMD's kernel, ``multi`` (19 summed Gaussian kernels, Yao et al.'s code)
+        or ``median`` (one Gaussian, median-heuristic width).
       fusion: FedFusion's operator, ``conv`` | ``multi`` | ``single`` (Yao et al. 2019).
+      fusion_private_embedding: FedFusion keeps each client's word embedding private (Li et
+        al. 2021's run, Sec. 5.5; default True); False averages every leaf (Yao et al.).
       kc_clusters / kc_iterations / kc_weight: FedKC's q, Lloyd iterations and alpha
         (fedavg_kc, fedprox_kc; 10, 10, 0.1).
       asp_adversarial / asp_orthogonal: ASP's lambda_adv and gamma (Liu et al. 2017: 0.05,
         0.01).
+      asp_schedule: ASP's multi-task steps, ``alternate`` (one domain's batch per step, Liu et
+        al.'s loop; default) or ``sum`` (every domain's batch per step, gradients summed).
       server_opt: FedOpt server optimizer on the pseudo-gradient (``sgd``, ``momentum``,
         ``adam``, ``yogi``, ``adagrad``; Reddi et al. 2021); None: the aggregate is the model.
       server_lr / server_momentum / server_tau: its learning rate (None: 1.0 for sgd and
@@ -167,12 +174,15 @@ class TrainConfig:
     dp_delta: float = 1e-5
     prox_mu: float = registry.default("prox_mu")
     mmd_weight: float = registry.default("mmd_weight")
+    mmd_kernel: str = registry.default("mmd_kernel")
     fusion: str = registry.default("fusion")
+    fusion_private_embedding: bool = registry.default("fusion_private_embedding")
     kc_clusters: int = registry.default("kc_clusters")
     kc_iterations: int = registry.default("kc_iterations")
     kc_weight: float = registry.default("kc_weight")
     asp_adversarial: float = registry.default("asp_adversarial")
     asp_orthogonal: float = registry.default("asp_orthogonal")
+    asp_schedule: str = registry.default("asp_schedule")
     server_opt: str | None = None
     server_lr: float | None = None
     server_momentum: float = registry.default("server_momentum")

@@ -13,7 +13,8 @@ arch_a/b/c     PrivateSharedClassifier(private_from=classifier/encoder/         
                embedding, no projection), KTEPS loss with lambda2 = 0
 fedprox        TextClassifier; loss + mu/2 ||w - w_global||^2                  Li, Sahu 2020
 fedmmd         TextClassifier; loss + lambda MMD^2(local, global features)     Yao 2018
-fedfusion      FusionClassifier (local + frozen global features, "conv")       Yao 2019
+fedfusion      FusionClassifier (local + frozen global features, "conv");      Yao 2019
+               private word embedding (Li et al.'s run)
 fedavg_kc      TextClassifier; FedAvg + FedKC consistency on K-Means centroids  Wang 2022
 fedprox_kc     TextClassifier; FedProx + FedKC                                  Wang 2022
 indiv          TextClassifier, every leaf private (no communication)           Sec. 5.4
@@ -22,8 +23,8 @@ asp            ASPClassifier, centralised multi-task, adversarial              L
 =============  ==============================================================  ==========
 
 Every model takes the optional FURL user vector (``furl_dim``, Bui et al. 2019). Every
-algorithm can also upload through KTEPS*'s compression and noise (``pca_band``,
-``upload_noise``), train its shared leaves with DP-SGD (``dp_clip``, ``dp_noise``) and update
+federated algorithm uploads with the paper's noise (sigma 0.01, Sec. 5.2; ``upload_noise``,
+see :func:`upload_settings`) and can also upload through KTEPS*'s compression (``pca_band``), train its shared leaves with DP-SGD (``dp_clip``, ``dp_noise``) and update
 the server with a FedOpt optimizer (``server_opt``, Reddi et al. 2021).
 """
 
@@ -43,8 +44,9 @@ from fedjax_sc.algorithms.fedper import fedper
 from fedjax_sc.algorithms.fs import fs
 from fedjax_sc.algorithms.indiv import indiv
 from fedjax_sc.algorithms.kteps import kteps
-from fedjax_sc.algorithms.kteps_star import PAPER_SIGMA, default_band, private_upload
+from fedjax_sc.algorithms.kteps_star import default_band, private_upload
 from fedjax_sc.algorithms.lg_fedavg import lg_fedavg
+from fedjax_sc.algorithms.noise import PAPER_SIGMA
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.algorithms.pfl_da import pfl_da
 from fedjax_sc.models.asp import ASPClassifier
@@ -65,6 +67,8 @@ TWO_BRANCH = {  # name: (private_from, projection, gated)
     "arch_b": ("encoder", False, False),
     "arch_c": ("embedding", False, False),
 }
+NO_UPLOAD = ("indiv", "fs", "asp")
+"""Trained without uploads (each client alone, or centrally): no upload noise by default."""
 ALGORITHMS = tuple(SINGLE_BRANCH) + PLUG_INS + OWN_MODEL + tuple(TWO_BRANCH)
 
 OPTIONS: dict[str, tuple[Callable, str]] = {
@@ -82,12 +86,15 @@ OPTIONS: dict[str, tuple[Callable, str]] = {
     "pca_center": (compression.pca_compress, "center"),
     "prox_mu": (fedprox.proximal, "mu"),
     "mmd_weight": (fedmmd.mmd_penalty, "weight"),
+    "mmd_kernel": (fedmmd.mmd_penalty, "kernel"),
     "fusion": (FusionClassifier, "fusion"),
+    "fusion_private_embedding": (fedfusion, "private_embedding"),
     "kc_clusters": (fedkc.fedkc, "num_clusters"),
     "kc_iterations": (fedkc.fedkc, "iterations"),
     "kc_weight": (fedkc.fedkc, "weight"),
     "asp_adversarial": (asp, "adversarial"),
     "asp_orthogonal": (asp, "orthogonal"),
+    "asp_schedule": (asp, "schedule"),
     "server_lr": (fedopt.fedopt, "learning_rate"),
     "server_momentum": (fedopt.fedopt, "momentum"),
     "server_tau": (fedopt.fedopt, "tau"),
@@ -109,13 +116,21 @@ def default(option: str) -> Any:
 
 def upload_settings(name: str, embed_dim: int, pca_band: tuple[int, int] | None,
                     upload_noise: float | None) -> tuple[tuple[int, int] | None, float]:
-    """The PCA band and noise an algorithm uploads with: kteps_star's defaults are the paper's
-    band scaled to d (:func:`~fedjax_sc.algorithms.kteps_star.default_band`) and sigma 0.01;
-    every other algorithm's are no compression and no noise."""
+    """The PCA band and noise sigma an algorithm uploads with, each None replaced by its default.
+
+    Noise: the paper adds N(0, 0.01^2) to the uploaded parameters of its FL methods (Li et al.
+    2021, Sec. 5.2, in the paragraph that sets the FL methods' rounds and epochs; Alg. 1
+    line 14 keeps it for KTEPS, which skips only the compression lines 13 and 17), so every
+    federated algorithm defaults to sigma = :data:`~fedjax_sc.algorithms.noise.PAPER_SIGMA`;
+    the algorithms of :data:`NO_UPLOAD` upload nothing and default to 0. Band: kteps_star's is
+    the paper's band scaled to d (:func:`~fedjax_sc.algorithms.kteps_star.default_band`), the
+    others' no compression.
+    """
     if name == "kteps_star":
         pca_band = pca_band or default_band(embed_dim)
-        upload_noise = PAPER_SIGMA if upload_noise is None else upload_noise
-    return pca_band, upload_noise or 0.0
+    if upload_noise is None:
+        upload_noise = 0.0 if name in NO_UPLOAD else PAPER_SIGMA
+    return pca_band, float(upload_noise)
 
 
 def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: int,
@@ -160,7 +175,8 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
         if name in ("fedprox", "fedprox_kc"):
             algorithm = fedprox.proximal(algorithm, o["prox_mu"])
         if name == "fedmmd":
-            algorithm = fedmmd.mmd_penalty(algorithm, o["mmd_weight"])
+            algorithm = fedmmd.mmd_penalty(algorithm, o["mmd_weight"],
+                                           kernel=o["mmd_kernel"])
         if name.endswith("_kc"):
             algorithm = fedkc.fedkc(algorithm, o["kc_clusters"], o["kc_iterations"],
                                     o["kc_weight"])
@@ -168,14 +184,16 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
     elif name == "fedfusion":
         if dims.pop("furl_dim"):
             raise ValueError("fedfusion has no FURL user vector (furl_dim must be 0)")
-        algorithm = fedfusion(FusionClassifier(**dims, fusion=o["fusion"]), **opt)
+        algorithm = fedfusion(FusionClassifier(**dims, fusion=o["fusion"]), **opt,
+                              private_embedding=o["fusion_private_embedding"])
     elif name == "asp":
         if not num_clients:
             raise ValueError("asp needs num_clients (its number of domains)")
         if dims.pop("furl_dim"):
             raise ValueError("asp has no FURL user vector (furl_dim must be 0)")
         algorithm = asp(ASPClassifier(**dims, num_domains=num_clients), **opt,
-                        adversarial=o["asp_adversarial"], orthogonal=o["asp_orthogonal"])
+                        adversarial=o["asp_adversarial"], orthogonal=o["asp_orthogonal"],
+                        schedule=o["asp_schedule"])
     elif name in TWO_BRANCH:
         private_from, projection, gated = TWO_BRANCH[name]
         model = PrivateSharedClassifier(**dims, private_from=private_from,

@@ -122,7 +122,10 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
         lines = [f"# {table.capitalize()} on {scene}: ours beside the paper's figures", "",
                  summary_table(order, seeds, reports, rows, c["rounds"], scene), "",
                  _settings_line(c, seeds, table, scene, dest), "",
+                 _noise_line(order, seeds, configs), "",
                  *_per_client(order, seeds, reports, rows, c["rounds"], scene)]
+        if table == "table3":
+            lines += _ap_modes(order, seeds, reports)
     else:
         planned, cells = plan(table, scene, c["embed_dim"])
         order = [r.name for r in planned if any(k[0] == r.name for k in runs)]
@@ -164,6 +167,17 @@ def _settings_line(c: dict, seeds: Sequence[int], table: str, scene: str, dest: 
             + "`.")
 
 
+def _noise_line(order: Sequence[str], seeds: Sequence[int], configs: dict) -> str:
+    """Each run's upload noise sigma (Sec. 5.2's default for the federated methods, none for
+    the methods that upload nothing; runs made before that default show 0.0)."""
+    cells = []
+    for m in order:
+        sigmas = sorted({configs[(m, s)].get("upload_noise") for s in seeds if (m, s) in configs},
+                        key=str)
+        cells.append(f"{m} {'/'.join(str(x) for x in sigmas)}")
+    return "Upload noise sigma per run: " + ", ".join(cells) + "."
+
+
 def _per_client(order: Sequence[str], seeds: Sequence[int], reports: dict, rows: dict,
                 rounds: int, scene: str) -> list[str]:
     """Tables 2-3: Ag^k and Ap^k per client, ours (paper)."""
@@ -191,6 +205,31 @@ def _per_client(order: Sequence[str], seeds: Sequence[int], reports: dict, rows:
     return lines + ["A running run shows its latest round's Ag^k (personalised accuracy before "
                     "fine-tuning, marked (p), for a method without a global model) and no Ap "
                     "yet; 'starting': the run exists but has no finished round.", ""]
+
+
+def _ap_modes(order: Sequence[str], seeds: Sequence[int], reports: dict) -> list[str]:
+    """Ap of every inference mode (Table 6's s / p / sp) for the methods that have more than
+    one (two-branch models: KTEPS, KTEPS*, PFL-DA), mean (+- std) over the finished seeds."""
+    modes = ("s", "p", "sp")
+    lines = []
+    for m in order:
+        done = [reports[(m, s)] for s in seeds if (m, s) in reports]
+        if not done or len(done[0].get("Ap_modes") or {}) < 2:
+            continue
+        cells = []
+        for mode in modes:
+            values = [100 * r["Ap_modes"][mode] for r in done
+                      if (r.get("Ap_modes") or {}).get(mode) is not None]
+            cells.append("n/a" if not values else f"{np.mean(values):.1f}" + (
+                f" +- {np.std(values, ddof=1):.1f}" if len(values) > 1 else ""))
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {done[0].get('ap_mode')} |")
+    if not lines:
+        return []
+    return ["## Ap by inference mode (the paper's Table 6 modes)", "",
+            "| method | s (shared branch) | p (private branch) | sp (both) | Table 3's mode |",
+            "|---|---:|---:|---:|---|", *lines, "",
+            "Every mode is scored on the same fine-tuned models; Table 3 reports the method's "
+            "own mode (KTEPS: sp, Remark 4; PFL-DA: its gated mixture).", ""]
 
 
 def _by_round(order: Sequence[str], seeds: Sequence[int], reports: dict, rows: dict,

@@ -33,7 +33,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from fedjax_sc import streams
-from fedjax_sc.algorithms import dp_sgd
+from fedjax_sc.algorithms import dp_sgd, masking
 from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.core import communication, participation, personalize, sharding
@@ -98,6 +98,20 @@ class Setup(NamedTuple):
     client_states: ClientStates
     root: jax.Array
     train_key: jax.Array
+    global_private: Any = None
+    """The private leaves as the server's global model holds them: their round-0 values (the
+    server never receives a private leaf), one unstacked copy; ``{}`` without private leaves.
+    A global model that reads a private leaf (FedFusion with a private embedding) uses these,
+    as a server model whose private layers are never aggregated does (see
+    :func:`global_params`)."""
+
+
+def global_params(setup: Setup, shared: Any) -> Any:
+    """The global model's parameters: the server's ``shared`` leaves joined with the round-0
+    values of the private leaves (:attr:`Setup.global_private`)."""
+    if not jax.tree.leaves(setup.global_private):
+        return shared
+    return masking.merge(shared, setup.global_private)
 
 
 def build_setup(c: TrainConfig, scene: scenes.Scene,
@@ -113,9 +127,11 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
         lambda_kt=c.lambda_kt, lambda_div=c.lambda_div, temperature=c.temperature,
         bandwidth=c.bandwidth, pca_band=c.pca_band, pca_center=c.pca_center,
         upload_noise=c.upload_noise, dp_clip=c.dp_clip, dp_noise=c.dp_noise,
-        prox_mu=c.prox_mu, mmd_weight=c.mmd_weight, fusion=c.fusion,
+        prox_mu=c.prox_mu, mmd_weight=c.mmd_weight, mmd_kernel=c.mmd_kernel,
+        fusion=c.fusion, fusion_private_embedding=c.fusion_private_embedding,
         kc_clusters=c.kc_clusters, kc_iterations=c.kc_iterations, kc_weight=c.kc_weight,
         asp_adversarial=c.asp_adversarial, asp_orthogonal=c.asp_orthogonal,
+        asp_schedule=c.asp_schedule,
         num_clients=scene.num_clients, server_opt=c.server_opt, server_lr=c.server_lr,
         server_momentum=c.server_momentum, server_tau=c.server_tau)
     if algorithm.central is not None and (c.dp_clip is not None or c.pca_band
@@ -136,7 +152,8 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
     init_key, train_key = jax.random.split(root)
     state, client_states = init_states(algorithm, init_params(algorithm.model, init_key, matrix),
                                        scene.num_clients)
-    return Setup(algorithm, state, client_states, root, train_key)
+    global_private = jax.tree.map(lambda x: x[0], client_states.private)
+    return Setup(algorithm, state, client_states, root, train_key, global_private)
 
 
 def restore_checkpoint(ckpt: ocp.CheckpointManager, step: int, state: ServerState,
@@ -277,7 +294,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
             f"over {mesh.size} device(s)")
 
     def accuracies():
-        ag = None if global_eval is None else np.asarray(global_eval(state.params, test_data))
+        ag = (None if global_eval is None else
+              np.asarray(global_eval(global_params(setup, state.params), test_data)))
         personal = (None if personal_eval is None else
                     {k: np.asarray(v) for k, v in personal_eval(
                         (state.params, feed.private), test_data).items()})

@@ -18,7 +18,7 @@ from fedjax_sc.algorithms.fedfusion import fedfusion
 from fedjax_sc.algorithms.fedmmd import fedmmd
 from fedjax_sc.algorithms.fedprox import fedprox, squared_distance
 from fedjax_sc.algorithms.indiv import indiv
-from fedjax_sc.algorithms.losses import mmd
+from fedjax_sc.algorithms.losses import MULTI_KERNEL_VARIANCES, mmd
 from fedjax_sc.core import communication
 from fedjax_sc.core import round as rnd
 from fedjax_sc.data.client_data import client_data
@@ -68,22 +68,44 @@ def test_proximal_term_pulls_towards_the_start(scene, model, params, fedavg_roun
         fedprox(model, mu=-1.0)
 
 
+@pytest.mark.parametrize("kernel", ["multi", "median"])
 @settings(max_examples=4, deadline=None)
-@given(st.integers(2, 6), st.integers(1, 5), st.integers(0, 2**16))
-def test_mmd_of_identical_features_is_zero_and_positive_otherwise(b, f, seed):
-    same, apart, padded_apart = _mmds(b, f, jax.random.key(seed))
+@given(b=st.integers(2, 6), f=st.integers(1, 5), seed=st.integers(0, 2**16))
+def test_mmd_of_identical_features_is_zero_and_positive_otherwise(kernel, b, f, seed):
+    same, apart, padded_apart = _mmds(b, f, jax.random.key(seed), kernel)
     assert float(same) == pytest.approx(0.0, abs=1e-6)
     assert float(apart) > 1e-3
     # padding rows are left out of both samples
     assert float(padded_apart) == pytest.approx(float(apart), rel=1e-5)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))  # one program per shape, not per operation
-def _mmds(b, f, key):
+@functools.partial(jax.jit, static_argnums=(0, 1, 3))  # one program per shape and kernel
+def _mmds(b, f, key, kernel):
     x = jax.random.normal(key, (b, f))
     mask = jnp.arange(b + 2) < b
     padded = lambda a, v: jnp.concatenate([a, jnp.full((2, f), v)])
-    return mmd(x, x), mmd(x, x + 3.0), mmd(padded(x, 9.0), padded(x + 3.0, -9.0), mask)
+    one = functools.partial(mmd, kernel=kernel)
+    return one(x, x), one(x, x + 3.0), one(padded(x, 9.0), padded(x + 3.0, -9.0), mask)
+
+
+def test_multi_kernel_mmd_is_the_two_stream_codes_estimate():
+    """The released FedMMD code's MMD: beta = 1 / (2 s) per variance s, the kernels summed,
+    mean K(x, x) + mean K(y, y) - 2 mean K(x, y), floored at 0 (recomputed in numpy)."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(6, 4)), 0.3 * rng.normal(size=(6, 4)) + 0.5
+    variances = np.array(MULTI_KERNEL_VARIANCES)
+
+    def kern(a, b):
+        d2 = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+        return np.exp(-d2[None] / (2 * variances[:, None, None])).sum(0)
+
+    want = max(kern(x, x).mean() + kern(y, y).mean() - 2 * kern(x, y).mean(), 0.0)
+    got = float(mmd(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)))
+    assert got == pytest.approx(want, rel=1e-4)
+    with pytest.raises(ValueError, match="kernel"):
+        mmd(jnp.asarray(x), jnp.asarray(y), kernel="linear")
+    with pytest.raises(ValueError, match="bandwidth"):
+        mmd(jnp.asarray(x), jnp.asarray(y), bandwidth=1.0)
 
 
 def test_gradient_reversal_flips_the_sign():

@@ -1,6 +1,8 @@
 """Centralised trainers (FS: pooled data through the round; ASP: multi-task steps): they are
 the federated round where they must be, and padded steps change nothing."""
 
+import functools
+
 import chex
 import jax
 import numpy as np
@@ -28,7 +30,11 @@ def _run(algorithm, params, data, rounds=1, builder=rnd.build_round):
 def test_algorithms_provide_their_trainer():
     model = ASPClassifier(vocab_size=10, num_domains=2, **DIMS)
     assert asp(model).central.name == "multitask"
-    assert asp(model).central.build is build_multitask_round
+    assert asp(model).central.build.func is build_multitask_round
+    assert asp(model).central.build.keywords == {"schedule": "alternate"}
+    assert asp(model, schedule="sum").central.build.keywords == {"schedule": "sum"}
+    with pytest.raises(ValueError, match="schedule"):
+        asp(model, schedule="sequential")
     assert central.pooled().build is rnd.build_round
 
 
@@ -40,7 +46,7 @@ def test_fs_equals_fedavg_with_one_client_holding_all_data(tmp_path):
                     synthetic_test=4, max_len=8, embed_dim=8, hidden=4, mlp_hidden=6, ap=False,
                     batch_size=4, local_epochs=1, out=str(tmp_path / "fs"))
     report = train(c, log=lambda s: None)
-    c = dataclasses.replace(c, algorithm="fedavg").resolved()
+    c = dataclasses.replace(c, algorithm="fedavg", upload_noise=0.0).resolved()
     scene = load_scene(c)
     setup = build_setup(c, scene, log=lambda s: None)
     pooled = client_data(scene.train.pooled(), local_vocab=True)
@@ -52,22 +58,25 @@ def test_fs_equals_fedavg_with_one_client_holding_all_data(tmp_path):
     chex.assert_trees_all_close(report["params"], state.params, atol=1e-6)
 
 
-def test_multitask_round_with_one_client_equals_the_federated_round(scene):
+@pytest.mark.parametrize("schedule", ["alternate", "sum"])
+def test_multitask_round_with_one_client_equals_the_federated_round(scene, schedule):
     model = ASPClassifier(vocab_size=len(scene.vocab), num_domains=1, **DIMS)
     alg = asp(model, 0.1)
     params = init_params(model, jax.random.key(0))
     one = type(scene.train)(*(np.asarray(getattr(scene.train, f))[1:2] for f in
                               ("tokens", "labels", "mask", "counts")))
     data = client_data(one)
-    central, c_clients, c_metrics = _run(alg, params, data, rounds=2,
-                                         builder=build_multitask_round)
+    central, c_clients, c_metrics = _run(
+        alg, params, data, rounds=2,
+        builder=functools.partial(build_multitask_round, schedule=schedule))
     federated, f_clients, _ = _run(alg._replace(central=None), params, data, rounds=2)
     chex.assert_trees_all_close(central.params, federated.params, atol=1e-5)
     chex.assert_trees_all_close(c_clients.private, f_clients.private, atol=1e-5)
     assert {"adversarial", "domain_accuracy", "orthogonality"} <= set(c_metrics.aux)
 
 
-def test_multitask_round_leaves_a_client_without_data_unchanged(scene):
+@pytest.mark.parametrize("schedule", ["alternate", "sum"])
+def test_multitask_round_leaves_a_client_without_data_unchanged(scene, schedule):
     model = ASPClassifier(vocab_size=len(scene.vocab), num_domains=3, **DIMS)
     alg = asp(model, 0.1)
     arrays = scene.train
@@ -77,11 +86,41 @@ def test_multitask_round_leaves_a_client_without_data_unchanged(scene):
     counts[2] = 0
     data = client_data(type(arrays)(arrays.tokens, arrays.labels, mask, counts))
     params = init_params(model, jax.random.key(0))
-    state, clients, metrics = _run(alg, params, data, builder=build_multitask_round)
+    state, clients, metrics = _run(
+        alg, params, data, builder=functools.partial(build_multitask_round, schedule=schedule))
     start = rnd.init_states(alg, params, 3)[1]
     chex.assert_trees_all_equal(jax.tree.map(lambda a: a[2], clients.private),
                                 jax.tree.map(lambda a: a[2], start.private))
     assert int(metrics.steps[2]) == 0 and int(metrics.steps[0]) > 0
+    # every real batch of a client is one of its steps, under either schedule
+    batches = -(-np.asarray(counts) // 4)
+    np.testing.assert_array_equal(np.asarray(metrics.steps), batches)
     with pytest.raises(ValueError, match="global vocabulary ids"):
         build_multitask_round(alg, batch_size=4, local_epochs=1)(
             state, clients, client_data(arrays, local_vocab=True), jax.random.key(0))
+
+
+def test_alternate_schedule_steps_one_domain_at_a_time(scene):
+    """Alternate: two domains' steps form one sequence of single-domain SGD steps: with plain
+    SGD (no momentum) a domain's private leaves see only its own batches, and the shared
+    leaves move by the single-domain steps one after another (not by one summed step)."""
+    model = ASPClassifier(vocab_size=len(scene.vocab), num_domains=2, **DIMS)
+    alg = asp(model, 0.1, momentum=0.0)
+    two = type(scene.train)(*(np.asarray(getattr(scene.train, f))[:2] for f in
+                              ("tokens", "labels", "mask", "counts")))
+    data = client_data(two)
+    params = init_params(model, jax.random.key(0))
+    alt, alt_clients, alt_metrics = _run(
+        alg, params, data, builder=functools.partial(build_multitask_round, schedule="alternate"))
+    summed, _, sum_metrics = _run(
+        alg, params, data, builder=functools.partial(build_multitask_round, schedule="sum"))
+    np.testing.assert_array_equal(alt_metrics.steps, sum_metrics.steps)
+    assert np.all(np.isfinite(alt_metrics.train_loss))
+    moved = lambda a, b: max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+                             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    assert moved(alt.params, summed.params) > 1e-6  # two different step sequences
+    start = rnd.init_states(alg, params, 2)
+    assert moved(alt.params, start[0].params) > 1e-6
+    for k in range(2):
+        assert moved(jax.tree.map(lambda a: a[k], alt_clients.private),
+                     jax.tree.map(lambda a: a[k], start[1].private)) > 1e-6

@@ -12,11 +12,12 @@ TINY = ["--scene", "synthetic", "--synthetic-clients", "2", "--synthetic-train",
 
 def test_export_keeps_small_files_and_render_needs_nothing_else(tmp_path, capsys):
     store, dest = tmp_path / "store", tmp_path / "results"
-    assert main(["reproduce", "table3", *TINY, "--methods", "fedavg", "fedper",
+    assert main(["reproduce", "table3", *TINY, "--methods", "fedavg", "fedper", "pfl_da",
                  "--out", str(store)]) == 0
     capsys.readouterr()
     export = ["results", "export", "--table", "table3", "--scene", "synthetic", "--store",
-              str(store), "--methods", "fedavg", "fedper", "--dest", str(dest), "--no-plots"]
+              str(store), "--methods", "fedavg", "fedper", "pfl_da", "--dest", str(dest),
+              "--no-plots"]
     assert main(export) == 0
     run = dest / "synthetic" / "table3" / "fedavg-seed0"
     assert sorted(p.name for p in run.iterdir()) == ["config.json", "metrics.jsonl",
@@ -25,6 +26,13 @@ def test_export_keeps_small_files_and_render_needs_nothing_else(tmp_path, capsys
     md = (dest / "synthetic" / "table3.md").read_text()
     avg = next(line for line in md.splitlines() if line.startswith("| **Avg**"))
     assert f"| {100 * report['Ag']:.1f} | n/a |" in avg  # FedPer has no global model
+    assert "Upload noise sigma per run: fedavg 0.01, fedper 0.01, pfl_da 0.01." in md
+    # the two-branch method's Ap in every inference mode, its own (the gated mixture) last
+    pfl = json.loads((dest / "synthetic/table3/pfl_da-seed0/report.json").read_text())
+    section = md.split("## Ap by inference mode")[1]
+    modes = next(line for line in section.splitlines() if line.startswith("| pfl_da | "))
+    assert modes == ("| pfl_da | " + " | ".join(f"{100 * pfl['Ap_modes'][m]:.1f}"
+                                                 for m in ("s", "p", "sp")) + " | sp |")
     # the store can go: the table comes from the results folder alone
     for p in sorted(store.rglob("*"), reverse=True):
         p.unlink() if p.is_file() else p.rmdir()

@@ -82,6 +82,35 @@ def test_fedper_has_no_global_model_and_reports_ag_as_not_applicable(tmp_path):
     assert row["Ag"] is None and 0.0 <= row["personal"]["full"] <= 1.0
 
 
+def test_upload_noise_defaults_to_the_papers_sigma_for_federated_methods_only():
+    resolved = lambda **kw: TrainConfig(**TINY, **kw).resolved().upload_noise
+    for name in ("fedavg", "fedper", "lg_fedavg", "fedprox", "fedmmd", "fedfusion", "pfl_da",
+                 "kteps", "kteps_star", "arch_a"):
+        assert resolved(algorithm=name) == 0.01, name
+    for name in ("indiv", "fs", "asp"):
+        assert resolved(algorithm=name) == 0.0, name
+    assert resolved(algorithm="fedavg", upload_noise=0.0) == 0.0
+
+
+def test_fedfusion_private_embedding_stays_on_clients_and_global_model_keeps_its_initial_one(
+        tmp_path):
+    from fedjax_sc.run.train import build_setup, global_params, load_scene
+    c = TrainConfig(**TINY, algorithm="fedfusion", rounds=1, ap=False, out=str(tmp_path / "f"))
+    report = train(c, log=_quiet)
+    assert "embedding" not in report["params"]  # never aggregated
+    setup = build_setup(c.resolved(), load_scene(c.resolved()), log=_quiet)
+    initial = setup.global_private["embedding"]["embedding"]
+    trained = np.asarray(report["private"]["embedding"]["embedding"])
+    assert trained.shape[0] == 2 and not np.allclose(trained[0], initial)  # clients trained it
+    full = global_params(setup, report["params"])
+    np.testing.assert_array_equal(full["embedding"]["embedding"], initial)
+    assert report["Ag"] is not None and 0.0 <= report["Ag"] <= 1.0
+    shared = train(TrainConfig(**TINY, algorithm="fedfusion", rounds=1, ap=False,
+                               fusion_private_embedding=False, out=str(tmp_path / "s")),
+                   log=_quiet)
+    assert "embedding" in shared["params"] and not jax.tree.leaves(shared["private"])
+
+
 def test_outputs_and_report(fedavg_run, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(fedavg_run[0], out)  # a copy: the overwrite below replaces it
