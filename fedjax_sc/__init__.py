@@ -53,6 +53,7 @@ from fedjax_sc.core.evaluate import (
 )
 from fedjax_sc.core.local import local_steps
 from fedjax_sc.core.personalize import Personalization, make_personalize
+from fedjax_sc.core.population import build_population_round, grid, init_population
 from fedjax_sc.core.round import (
     ClientStates,
     RoundMetrics,
@@ -70,12 +71,12 @@ from fedjax_sc.models.text_classifier import TextClassifier, init_params
 __all__ = [
     "Algorithm", "Batch", "CentralTrainer", "ClientData", "ClientStart", "ClientStates",
     "Personalization", "PrivateSharedClassifier", "RoundMetrics", "Scene", "ServerState",
-    "TextClassifier", "UploadContext", "UploadTransform", "asp", "bind", "build_round",
-    "build_round_parts", "build_scene", "chain", "client_data", "client_sgd", "dp_sgd",
-    "fdu_scene", "fedavg", "fedfusion", "fedkc", "fedmmd", "fedopt", "fedper", "fedprox", "fs",
-    "gaussian_noise", "host_client_data", "identity_upload", "indiv", "init_params", "init_states",
-    "iyy_scene", "kteps", "kteps_star", "lg_fedavg", "local_steps", "make_evaluate",
-    "make_example_hits", "make_personal_evaluate", "make_personalize", "make_round_step",
-    "mean_accuracy", "mmd_penalty", "paired_ag_difference", "pca_compress", "pfl_da", "proximal",
-    "synthetic_scene",
+    "TextClassifier", "UploadContext", "UploadTransform", "asp", "bind", "build_population_round",
+    "build_round", "build_round_parts", "build_scene", "chain", "client_data", "client_sgd",
+    "dp_sgd", "fdu_scene", "fedavg", "fedfusion", "fedkc", "fedmmd", "fedopt", "fedper", "fedprox",
+    "fs", "gaussian_noise", "grid", "host_client_data", "identity_upload", "indiv", "init_params",
+    "init_population", "init_states", "iyy_scene", "kteps", "kteps_star", "lg_fedavg",
+    "local_steps", "make_evaluate", "make_example_hits", "make_personal_evaluate",
+    "make_personalize", "make_round_step", "mean_accuracy", "mmd_penalty", "paired_ag_difference",
+    "pca_compress", "pfl_da", "proximal", "synthetic_scene",
 ]

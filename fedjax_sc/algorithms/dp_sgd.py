@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_sc import streams
-from fedjax_sc.algorithms import masking
+from fedjax_sc.algorithms import hparams, masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientLoss, GradientFn
 
 
@@ -59,8 +59,7 @@ def dp_gradient(leaf_rules: Mapping[str, str | Sequence[str]] | None, l2_norm_cl
     """
     if not l2_norm_clip > 0:
         raise ValueError(f"DP-SGD needs a clipping norm > 0, got {l2_norm_clip}")
-    if noise_multiplier < 0:
-        raise ValueError(f"DP-SGD needs a noise multiplier >= 0, got {noise_multiplier}")
+    hparams.check("DP-SGD noise multiplier", noise_multiplier, lambda v: v >= 0, ">= 0")
 
     def factory(loss: ClientLoss) -> GradientFn:
         def grad_fn(params, batch: Batch, rng):

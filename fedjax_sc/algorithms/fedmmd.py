@@ -23,6 +23,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 
+from fedjax_sc.algorithms import hparams
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.losses import MMD_KERNELS, mmd
@@ -50,9 +51,8 @@ def mmd_penalty(algorithm: Algorithm, weight: float = DEFAULT_WEIGHT,
       ValueError: a negative weight, a non-positive bandwidth, or a model without
         ``features``.
     """
-    if weight < 0 or (bandwidth is not None and bandwidth <= 0):
-        raise ValueError(f"FedMMD needs weight >= 0 and bandwidth > 0, got {weight}, "
-                         f"{bandwidth}")
+    hparams.check("FedMMD weight", weight, lambda v: v >= 0, ">= 0")
+    hparams.check("FedMMD bandwidth", bandwidth, lambda v: v > 0, "> 0")
     if kernel not in MMD_KERNELS or (kernel == "multi" and bandwidth is not None):
         raise ValueError(f"FedMMD kernel must be one of {MMD_KERNELS} (a bandwidth only with "
                          f"'median'), got {kernel!r} with bandwidth {bandwidth}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import optax
 
+from fedjax_sc.algorithms import hparams
 from fedjax_sc.algorithms.base import Algorithm
 
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam", "yogi", "adagrad")
@@ -51,8 +52,7 @@ def server_optimizer(name: str, learning_rate: float | None = None,
     if name not in SERVER_OPTIMIZERS:
         raise ValueError(f"unknown server optimizer {name!r}; choose from {SERVER_OPTIMIZERS}")
     lr = DEFAULT_LR[name] if learning_rate is None else learning_rate
-    if not lr > 0:
-        raise ValueError(f"server learning rate must be > 0, got {lr}")
+    hparams.check("server learning rate", lr, lambda v: v > 0, "> 0")
     if name == "sgd":
         return optax.sgd(lr)
     if name == "momentum":

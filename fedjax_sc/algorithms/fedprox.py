@@ -24,6 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from fedjax_sc.algorithms import hparams
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
@@ -53,8 +54,7 @@ def proximal(algorithm: Algorithm, mu: float = DEFAULT_MU) -> Algorithm:
     Raises:
       ValueError: mu < 0.
     """
-    if mu < 0:
-        raise ValueError(f"FedProx mu must be >= 0, got {mu}")
+    hparams.check("FedProx mu", mu, lambda v: v >= 0, ">= 0")
     base = algorithm.client_loss
 
     def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_sc.algorithms import predict
+from fedjax_sc.algorithms import hparams, predict
 from fedjax_sc.algorithms.aggregate import weighted_mean
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientLoss, ClientStart, Params
 from fedjax_sc.algorithms.losses import hsic, knowledge_transfer, masked_mean
@@ -59,7 +59,7 @@ def kteps_loss(model: PrivateSharedClassifier, lambda_kt: float, lambda_div: flo
         ce_p = optax.softmax_cross_entropy_with_integer_labels(out.private_logits, batch.labels)
         kt = knowledge_transfer(out.private_logits, out.shared_logits, temperature)
         div = (hsic(out.shared_features, out.private_features, batch.mask, bandwidth)
-               if lambda_div else jnp.zeros((), jnp.float32))
+               if not hparams.is_zero(lambda_div) else jnp.zeros((), jnp.float32))
         total = masked_mean(ce_s + ce_p + lambda_kt * kt, batch.mask) + lambda_div * div
         correct = lambda g: masked_mean((jnp.argmax(g, -1) == batch.labels).astype(jnp.float32),
                                         batch.mask)
@@ -94,11 +94,10 @@ def kteps(model: PrivateSharedClassifier, learning_rate: float = LEARNING_RATE,
       ValueError: a negative weight, a non-positive temperature or bandwidth, or an invalid
         learning rate / momentum.
     """
-    if lambda_kt < 0 or lambda_div < 0:
-        raise ValueError(f"loss weights must be >= 0, got {lambda_kt}, {lambda_div}")
-    if temperature <= 0 or (bandwidth is not None and bandwidth <= 0):
-        raise ValueError(f"temperature and bandwidth must be > 0, got {temperature}, "
-                         f"{bandwidth}")
+    hparams.check("lambda_kt", lambda_kt, lambda v: v >= 0, ">= 0")
+    hparams.check("lambda_div", lambda_div, lambda v: v >= 0, ">= 0")
+    hparams.check("temperature", temperature, lambda v: v > 0, "> 0")
+    hparams.check("bandwidth", bandwidth, lambda v: v > 0, "> 0")
     predict_fn, global_fn = predict.two_branch(model)
     return Algorithm(
         name=name,

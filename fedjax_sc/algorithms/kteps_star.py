@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+from fedjax_sc.algorithms import hparams
 from fedjax_sc.algorithms.base import Algorithm, UploadTransform, chain, identity_upload
 from fedjax_sc.algorithms.compression import pca_compress
 from fedjax_sc.algorithms.kteps import kteps
@@ -69,6 +70,6 @@ def private_upload(band: tuple[int, int] | None, sigma: float = 0.0,
     parts = []
     if band is not None:
         parts.append(pca_compress(*band, center=center))
-    if sigma:
+    if not hparams.is_zero(sigma):
         parts.append(gaussian_noise(sigma))
     return chain(*parts) if parts else identity_upload()

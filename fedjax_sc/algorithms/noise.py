@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from fedjax_sc.algorithms import hparams
 from fedjax_sc.algorithms.base import UploadContext, UploadTransform
 
 PAPER_SIGMA = 0.01
@@ -23,7 +24,8 @@ def gaussian_noise(sigma: float) -> UploadTransform:
     """Upload transform adding i.i.d. N(0, sigma^2) to every floating-point leaf of the message.
 
     Args:
-      sigma: standard deviation, in parameter units (paper: 0.01). 0 sends the message as is.
+      sigma: standard deviation, in parameter units (paper: 0.01); a float or a scalar array
+        (traced in a population). A concrete 0 sends the message as is.
 
     Returns:
       A stateless :class:`~fedjax_sc.algorithms.base.UploadTransform`; ``decode`` is the
@@ -34,8 +36,7 @@ def gaussian_noise(sigma: float) -> UploadTransform:
     Raises:
       ValueError: if sigma < 0.
     """
-    if sigma < 0:
-        raise ValueError(f"gaussian_noise: sigma must be >= 0, got {sigma}")
+    hparams.check("gaussian_noise: sigma", sigma, lambda v: v >= 0, ">= 0")
 
     def init(params):
         del params
@@ -43,7 +44,7 @@ def gaussian_noise(sigma: float) -> UploadTransform:
 
     def encode(params, state, rng, context: UploadContext | None = None):
         del state, context
-        if sigma == 0:
+        if hparams.is_zero(sigma):
             return params, {}
         leaves, treedef = jax.tree.flatten(params)
         noisy = [x + sigma * jax.random.normal(jax.random.fold_in(rng, i), x.shape, x.dtype)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import optax
 
-from fedjax_sc.algorithms import masking
+from fedjax_sc.algorithms import hparams, masking
 
 EMBEDDING_RULE = r"^(private_)?embedding/"
 """Leaves of the word-embedding tables (``embedding/embedding``, ``private_embedding/...``)."""
@@ -28,7 +28,8 @@ def client_sgd(learning_rate: float, momentum: float = MOMENTUM,
     raises instead of silently training everything at one rate.
 
     Args:
-      learning_rate: step size (>= 0).
+      learning_rate: step size (>= 0); a float or a scalar array (traced in a population,
+        :mod:`fedjax_sc.algorithms.hparams`), as every argument here.
       momentum: in [0, 1); 0 gives plain SGD.
       embedding_learning_rate: optional step size for the embedding tables (>= 0).
 
@@ -40,11 +41,10 @@ def client_sgd(learning_rate: float, momentum: float = MOMENTUM,
     """
     for name, lr in (("learning_rate", learning_rate),
                      ("embedding_learning_rate", embedding_learning_rate)):
-        if lr is not None and lr < 0:
-            raise ValueError(f"{name} must be >= 0, got {lr}")
-    if not 0.0 <= momentum < 1.0:
-        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
-    sgd = lambda lr: optax.sgd(lr, momentum=momentum or None)
+        hparams.check(name, lr, lambda v: v >= 0, ">= 0")
+    hparams.check("momentum", momentum, lambda v: 0.0 <= v < 1.0, "in [0, 1)")
+    # a traced momentum keeps the trace (decay 0 is plain SGD to the bit)
+    sgd = lambda lr: optax.sgd(lr, momentum=None if hparams.is_zero(momentum) else momentum)
     if embedding_learning_rate is None:
         return sgd(learning_rate)
     return optax.multi_transform(

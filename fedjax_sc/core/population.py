@@ -1,0 +1,145 @@
+"""Populations: P whole federated runs -- seeds and hyperparameter grids -- as one program.
+
+A population stacks P members' states on a leading *member axis* ``[P, ...]`` and trains them
+with one compiled round: :func:`build_population_round` is the federated round (or an
+algorithm's centralised trainer) under ``jax.vmap`` over the members, the clients' data shared
+(``in_axes=None``: one copy in memory). Each member has its own PRNG key (so its own
+initialisation, batch order, client noise) and its own values of the hyperparameters that do
+not change the program's shapes -- client and server learning rates, momentum, loss weights
+(lambda_kt, lambda_div, FedProx's mu, FedMMD's lambda), upload noise sigma, DP-SGD's noise
+multiplier -- given as arrays of shape ``[P]`` and passed to the algorithm's builder as traced
+scalars (:mod:`fedjax_sc.algorithms.hparams`). Settings that change shapes or the program
+(model sizes, batch size, local epochs, L, the algorithm, a PCA band) are the same for every
+member.
+
+Member i trains exactly as the standalone run with member i's key and values (property tests
+compare the parameters after two rounds); on an accelerator the members fill the device that
+one small run leaves idle. This is the technique of vmapped whole training runs (PureJaxRL),
+with ``optax``'s hyperparameters as traced values, applied to federated rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_sc.algorithms.base import Algorithm, Params
+from fedjax_sc.core.round import ClientStates, ServerState, build_round, init_states
+from fedjax_sc.data.client_data import ClientData
+
+HParams = Mapping[str, jax.Array]
+"""Per-member hyperparameters: name -> float32 ``[P]``."""
+
+Builder = Callable[[Mapping[str, Any]], Algorithm]
+"""``build(hparams) -> Algorithm``: the algorithm of one member from its scalar values (traced
+inside a population, Python floats in a standalone run: the same builder serves both)."""
+
+
+def grid(**values: Sequence[float]) -> dict[str, np.ndarray]:
+    """The product of the values as per-member arrays, the first name varying slowest:
+    ``grid(lr=[0.01, 0.1], mu=[0, 1])`` -> 4 members ``{"lr": [.01, .01, .1, .1], "mu": [0,
+    1, 0, 1]}`` (float32 ``[P]`` each).
+
+    Raises:
+      ValueError: a name with no value.
+    """
+    empty = [k for k, v in values.items() if len(v) == 0]
+    if empty:
+        raise ValueError(f"grid: no value for {', '.join(empty)}")
+    axes = np.meshgrid(*[np.asarray(v, np.float32) for v in values.values()], indexing="ij")
+    return {k: a.reshape(-1) for k, a in zip(values, axes)}
+
+
+def population_size(hparams: HParams, keys: jax.Array) -> int:
+    """P, checked to be the same for every hyperparameter and the keys.
+
+    Raises:
+      ValueError: a hyperparameter that is not a vector, or sizes that differ (names them).
+    """
+    sizes = {"keys": int(keys.shape[0])}
+    for name, value in hparams.items():
+        if np.ndim(value) != 1:
+            raise ValueError(f"hyperparameter {name!r} must have shape [P], got "
+                             f"{np.shape(value)}")
+        sizes[name] = int(np.shape(value)[0])
+    if len(set(sizes.values())) != 1:
+        raise ValueError("population members disagree in number: "
+                         + ", ".join(f"{k} {v}" for k, v in sizes.items()))
+    return sizes["keys"]
+
+
+def member(tree: Any, i: int) -> Any:
+    """Member i of a stacked pytree (its leading axis removed)."""
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+def init_population(build: Builder, init_params: Callable[[jax.Array], Params],
+                    hparams: HParams, keys: jax.Array, num_clients: int
+                    ) -> tuple[ServerState, ClientStates]:
+    """Round-0 states of every member, stacked ``[P, ...]``.
+
+    Args:
+      build: the members' algorithm builder (:data:`Builder`).
+      init_params: ``init_params(key) -> params`` of one member (e.g. ``lambda k:
+        init_params(model, k, glove_matrix)``).
+      hparams: per-member values, ``[P]`` each.
+      keys: the members' initialisation keys, ``[P]``.
+      num_clients: K.
+
+    Raises:
+      ValueError: members that disagree in number (:func:`population_size`).
+    """
+    population_size(hparams, keys)
+
+    def one(key, values):
+        return init_states(build(values), init_params(key), num_clients)
+
+    return jax.vmap(one)(keys, dict(hparams))
+
+
+def build_population_round(build: Builder, *, batch_size: int, local_epochs: int,
+                           trainer: Callable[..., Callable] | None = None) -> Callable:
+    """The un-jitted population round.
+
+    Args:
+      build: the members' algorithm builder; its Python-level structure (algorithm, model,
+        leaf rules, upload chain) must not depend on the values.
+      batch_size, local_epochs: B and E, shared by the members.
+      trainer: the round builder (default: the algorithm's centralised trainer when it has
+        one, else :func:`fedjax_sc.core.round.build_round`).
+
+    Returns:
+      ``round_step(states, client_states, clients, keys, hparams) -> (states, client_states,
+      metrics)``: ``states`` / ``client_states`` / ``metrics`` stacked ``[P, ...]``, ``keys``
+      the members' run keys ``[P]`` (as ``rng`` of the one-run round), ``hparams`` ``[P]``
+      arrays, ``clients`` one :class:`~fedjax_sc.data.client_data.ClientData` for all.
+    """
+
+    def one(state, client_states, clients, key, values):
+        algorithm = build(values)
+        make = trainer or (algorithm.central.build if algorithm.central is not None
+                           else build_round)
+        return make(algorithm, batch_size=batch_size, local_epochs=local_epochs)(
+            state, client_states, clients, key)
+
+    def round_step(states: ServerState, client_states: ClientStates, clients: ClientData,
+                   keys: jax.Array, hparams: HParams):
+        population_size(hparams, keys)
+        return jax.vmap(one, in_axes=(0, 0, None, 0, 0))(states, client_states, clients,
+                                                         keys, dict(hparams))
+
+    return round_step
+
+
+def as_values(hparams: HParams, i: int) -> dict[str, float]:
+    """Member i's values as Python floats (to build its standalone run)."""
+    return {k: float(np.asarray(v)[i]) for k, v in hparams.items()}
+
+
+def stack(trees: Sequence[Any]) -> Any:
+    """Stacks same-structured pytrees on a new leading member axis."""
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
