@@ -306,7 +306,12 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
             updates, opt_state = algorithm.server_optimizer.update(pseudo_grad, opt_state,
                                                                    state.params)
             params = optax.apply_updates(state.params, updates)
-        return ServerState(params, state.round + 1, opt_state, state.upload_state)
+        # no client with an example (weights summing to 0): the mean would be all zeros and
+        # kill the model for good; the server keeps its model and optimizer state instead
+        empty = jnp.sum(clients.counts if clients.weights is None else clients.weights) <= 0
+        keep = lambda old, new: jax.tree.map(lambda a, b: jnp.where(empty, a, b), old, new)
+        return ServerState(keep(state.params, params), state.round + 1,
+                           keep(state.opt_state, opt_state), state.upload_state)
 
     return RoundParts(local_training, encode, decode, aggregate)
 

@@ -65,6 +65,26 @@ def test_zero_learning_rate_leaves_params_unchanged(scene, model, local_vocab):
     chex.assert_trees_all_close(new.params, state.params, atol=1e-7)
 
 
+@pytest.mark.parametrize("server_opt", [None, "adam"])
+def test_a_round_without_examples_keeps_the_server_model(scene, model, server_opt):
+    """Weights summing to 0 (no sampled client has an example) must not average the model to
+    zeros: the server keeps its parameters and optimizer state, the round still counts."""
+    from fedjax_sc.algorithms.fedopt import fedopt
+    algorithm = fedavg(model, 0.1)
+    if server_opt:
+        algorithm = fedopt(algorithm, server_opt, 0.01)
+    arrays = scene.train
+    empty = type(arrays)(arrays.tokens, arrays.labels, np.zeros_like(arrays.mask),
+                         np.zeros_like(arrays.counts))
+    step = rnd.make_round_step(algorithm, batch_size=4, local_epochs=1)
+    state, clients = _states(model, scene, algorithm)
+    new, _, metrics = step(state, clients, client_data(empty, local_vocab=False),
+                           jax.random.key(1))
+    chex.assert_trees_all_equal(new.params, state.params)
+    chex.assert_trees_all_equal(new.opt_state, state.opt_state)
+    assert int(new.round) == 1 and int(metrics.steps.sum()) == 0
+
+
 def test_local_vocabulary_training_equals_dense_training(scene, model, fedavg_step_e2):
     step = fedavg_step_e2
     dense = sparse = _states(model, scene)
