@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from fedjax_sc.run import config
 
@@ -325,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
             from fedjax_sc.run.probe import probe
             probe(args["out"], args["client"], args["word"], bands=args["band"],
                   sigma=args["sigma"], ks=args["top_k"])
+    except KeyboardInterrupt:  # Ctrl-C: one line, what is saved and how to go on
+        print(f"fedjax-sc: interrupted; {_saved(command, args)}", file=sys.stderr)
+        return 130
     except OSError as e:  # FileExistsError, FileNotFoundError, permissions, a full disk...
         print(f"fedjax-sc: error: {_os_error(e)}", file=sys.stderr)
         return 1
@@ -332,6 +336,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedjax-sc: error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _saved(command: str, args: dict) -> str:
+    """What an interrupted command left, for its one-line message."""
+    if command == "reproduce":
+        return ("finished runs and every run's last finished round are kept in the store; "
+                "rerun the same command to go on")
+    if command != "train":
+        return "nothing was written"
+    ckpts = Path(args["out"]) / "checkpoints"
+    rounds = sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) \
+        if ckpts.is_dir() else []
+    if not rounds:
+        return f"no round had finished; nothing to resume in {args['out']}"
+    return (f"round {rounds[-1]} is saved in {ckpts}; add --resume to the same command to go "
+            f"on from there")
 
 
 def _os_error(e: OSError) -> str:

@@ -150,6 +150,21 @@ def test_cli_train_and_errors(tmp_path, capsys):
     assert "--data-dir" in capsys.readouterr().err
 
 
+def test_ctrl_c_ends_with_one_line_naming_the_saved_round_and_exit_130(tmp_path, capsys,
+                                                                       monkeypatch):
+    from fedjax_sc.run import train as train_module
+    out = tmp_path / "run"
+
+    def interrupted(config, log=print):
+        (out / "checkpoints" / "3").mkdir(parents=True)  # rounds 1-3 finished
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_module, "train", interrupted)
+    assert cli.main(["train", "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "interrupted; round 3 is saved" in err[0] and "--resume" in err[0]
+
+
 @pytest.mark.real_data
 def test_one_round_on_two_real_fdu_domains(fdu_dir, tmp_path):
     report = train(TrainConfig(scene="fdu", data_dir=str(fdu_dir), domains=("MR", "apparel"),
