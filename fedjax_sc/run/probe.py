@@ -31,7 +31,8 @@ from fedjax_sc.algorithms.kteps_star import private_upload
 from fedjax_sc.core import round as rnd
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.vocab import PAD, UNK
-from fedjax_sc.run.train import build_setup, load_run, load_scene, restore_checkpoint
+from fedjax_sc.run.config import load_scene
+from fedjax_sc.run.setup import build_setup, load_run, restore_checkpoint
 
 DEFAULT_TOP_K = (10, 20, 50, 100)
 TABLE_PATH = tuple(EMBEDDING_TABLE.split("/"))

@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -33,8 +33,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from fedjax_sc import streams
-from fedjax_sc.algorithms import dp_sgd, masking
-from fedjax_sc.algorithms.base import Algorithm
+from fedjax_sc.algorithms import dp_sgd
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.core import communication, participation, personalize, sharding
 from fedjax_sc.core.evaluate import (
@@ -43,10 +42,9 @@ from fedjax_sc.core.evaluate import (
     make_personal_evaluate,
     mean_accuracy,
 )
-from fedjax_sc.core.round import ClientStates, ServerState, build_round, init_states
+from fedjax_sc.core.round import ClientStates, build_round
 from fedjax_sc.data import scenes
 from fedjax_sc.data.client_data import client_data, host_client_data
-from fedjax_sc.models.text_classifier import init_params
 from fedjax_sc.run import rundir
 from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configuration)
     DTYPES,
@@ -60,6 +58,15 @@ from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configu
 )
 from fedjax_sc.run.registry import ALGORITHMS, build_algorithm  # noqa: F401
 from fedjax_sc.run.report import format_table, make_report
+from fedjax_sc.run.setup import (  # noqa: F401 (re-exported: a run's states)
+    CheckpointError,
+    Setup,
+    build_setup,
+    global_params,
+    load_run,
+    restore_checkpoint,
+    save_checkpoint,
+)
 
 
 class NonFiniteUpdateError(RuntimeError):
@@ -88,108 +95,6 @@ def _check_out_dir(out: Path, c: TrainConfig) -> None:
     diff = config_diff(json.loads(saved.read_text()), c)
     if diff:
         raise ValueError(f"--resume with a different configuration than {saved}: {diff}")
-
-
-class Setup(NamedTuple):
-    """A run's algorithm and round-0 states, rebuilt from its resolved config."""
-
-    algorithm: Algorithm
-    state: ServerState
-    client_states: ClientStates
-    root: jax.Array
-    train_key: jax.Array
-    global_private: Any = None
-    """The private leaves as the server's global model holds them: their round-0 values (the
-    server never receives a private leaf), one unstacked copy; ``{}`` without private leaves.
-    A global model that reads a private leaf (FedFusion with a private embedding) uses these,
-    as a server model whose private layers are never aggregated does (see
-    :func:`global_params`)."""
-
-
-def global_params(setup: Setup, shared: Any) -> Any:
-    """The global model's parameters: the server's ``shared`` leaves joined with the round-0
-    values of the private leaves (:attr:`Setup.global_private`)."""
-    if not jax.tree.leaves(setup.global_private):
-        return shared
-    return masking.merge(shared, setup.global_private)
-
-
-def build_setup(c: TrainConfig, scene: scenes.Scene,
-                log: Callable[[str], None] = print) -> Setup:
-    """The algorithm ``c`` names for ``scene`` and its initial states (GloVe-initialised when
-    ``c.embeddings`` says so); the same for a fresh run, a resumed one and ``fedjax-sc probe``.
-    """
-    algorithm = build_algorithm(
-        c.algorithm, vocab_size=len(scene.vocab), num_classes=scene.num_classes,
-        embed_dim=c.embed_dim, hidden=c.hidden, mlp_hidden=c.mlp_hidden, furl_dim=c.furl_dim,
-        dtype=c.dtype,
-        learning_rate=c.lr, momentum=c.momentum, embedding_learning_rate=c.embedding_lr,
-        lambda_kt=c.lambda_kt, lambda_div=c.lambda_div, temperature=c.temperature,
-        bandwidth=c.bandwidth, pca_band=c.pca_band, pca_center=c.pca_center,
-        upload_noise=c.upload_noise, dp_clip=c.dp_clip, dp_noise=c.dp_noise,
-        prox_mu=c.prox_mu, mmd_weight=c.mmd_weight, mmd_kernel=c.mmd_kernel,
-        fusion=c.fusion, fusion_private_embedding=c.fusion_private_embedding,
-        kc_clusters=c.kc_clusters, kc_iterations=c.kc_iterations, kc_weight=c.kc_weight,
-        asp_adversarial=c.asp_adversarial, asp_orthogonal=c.asp_orthogonal,
-        asp_schedule=c.asp_schedule,
-        num_clients=scene.num_clients, server_opt=c.server_opt, server_lr=c.server_lr,
-        server_momentum=c.server_momentum, server_tau=c.server_tau)
-    if algorithm.central is not None and (c.dp_clip is not None or c.pca_band
-                                          or c.upload_noise):
-        raise ValueError(f"{c.algorithm} is trained centrally: upload compression, upload "
-                         f"noise and DP-SGD do not apply")
-    matrix = None
-    if c.embeddings != "random":
-        from fedjax_sc.data.embeddings import glove_6b_50d, word_vectors
-        emb = (glove_6b_50d(scene.vocab, seed=c.seed) if c.embeddings == "glove-6b-50d" else
-               word_vectors(c.embeddings, scene.vocab, seed=c.seed))
-        matrix = emb.matrix
-        name = "GloVe 6B 50d" if c.embeddings == "glove-6b-50d" else c.embeddings
-        log(f"{name}: {emb.num_found} of {len(scene.vocab) - 2} words found "
-            f"(coverage {emb.coverage:.1%}, d = {matrix.shape[1]}); the rest get small "
-            f"random vectors")
-    root = jax.random.key(c.seed)
-    init_key, train_key = jax.random.split(root)
-    state, client_states = init_states(algorithm, init_params(algorithm.model, init_key, matrix),
-                                       scene.num_clients)
-    global_private = jax.tree.map(lambda x: x[0], client_states.private)
-    return Setup(algorithm, state, client_states, root, train_key, global_private)
-
-
-def restore_checkpoint(ckpt: ocp.CheckpointManager, step: int, state: ServerState,
-                       client_states: ClientStates) -> tuple[ServerState, ClientStates]:
-    """The states saved at round ``step``, restored into the structure of the given ones."""
-    restored = ckpt.restore(step, args=ocp.args.StandardRestore(
-        _checkpoint_tree(state, client_states)))
-    # a state without leaves is not saved: keep the template's (empty) structure for it
-    return (ServerState(restored["params"], restored["round"],
-                        restored.get("opt_state", state.opt_state),
-                        restored.get("upload_state", state.upload_state)),
-            ClientStates(restored.get("private", client_states.private)))
-
-
-def load_run(out: str | Path, at_round: int | None = None
-             ) -> tuple[TrainConfig, ocp.CheckpointManager, int]:
-    """The resolved config of the run in ``out``, its checkpoint manager and the round of the
-    checkpoint to use: ``at_round`` (default: the last one saved).
-
-    Raises:
-      FileNotFoundError: ``out`` holds no config.json, no checkpoint, or none at
-        ``at_round`` (the message lists the saved rounds).
-    """
-    out = Path(out)
-    saved = out / "config.json"
-    if not saved.exists():
-        raise FileNotFoundError(f"{saved} does not exist: not a fedjax-sc run directory")
-    c = config_from_json(json.loads(saved.read_text()))
-    ckpt = ocp.CheckpointManager(out.resolve() / "checkpoints")
-    steps = sorted(int(s) for s in ckpt.all_steps())
-    if not steps:
-        raise FileNotFoundError(f"{out / 'checkpoints'} holds no checkpoint")
-    if at_round is not None and at_round not in steps:
-        raise FileNotFoundError(f"{out / 'checkpoints'} holds no checkpoint of round "
-                                f"{at_round}; saved rounds: {steps}")
-    return c, ckpt, steps[-1] if at_round is None else at_round
 
 
 def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -434,39 +339,6 @@ def _personalize(c: TrainConfig, algorithm, state, client_states, train_data, te
         f"{time.perf_counter() - t0:.1f} s; Ap ({mode}) {result.ap(mode):.4f}; "
         + ", ".join(f"{k}: {result.ap(k):.4f}" for k in sorted(result.curve)))
     return result
-
-
-class CheckpointError(RuntimeError):
-    """A round's checkpoint could not be written; the rounds before it are on disk."""
-
-
-def save_checkpoint(ckpt: ocp.CheckpointManager, r: int, state: ServerState,
-                    client_states: ClientStates) -> None:
-    """Saves round ``r`` and waits until it is on disk, so that a failure is reported at the
-    round it belongs to.
-
-    Raises:
-      CheckpointError: the save failed (one line: round, folder, cause).
-    """
-    try:
-        ckpt.save(r, args=ocp.args.StandardSave(_checkpoint_tree(state, client_states)))
-        ckpt.wait_until_finished()
-    except Exception as e:  # orbax raises many types; all end the run the same way
-        cause = (str(e).strip().splitlines() or [""])[0][:200]
-        raise CheckpointError(
-            f"round {r}: saving the checkpoint to {ckpt.directory} failed ({type(e).__name__}: "
-            f"{cause}); rounds up to {r - 1} are saved: free space or fix the folder, then "
-            f"rerun with --resume") from e
-
-
-def _checkpoint_tree(state: ServerState, client_states: ClientStates) -> dict[str, Any]:
-    """What a checkpoint holds: server params, round and states, and the private leaves."""
-    tree = {"params": state.params, "round": state.round}
-    for name, value in (("opt_state", state.opt_state), ("upload_state", state.upload_state),
-                        ("private", client_states.private)):
-        if jax.tree.leaves(value):
-            tree[name] = value
-    return tree
 
 
 def _hms(seconds: float) -> str:
