@@ -94,15 +94,23 @@ def init_population(build: Builder, init_params: Callable[[jax.Array], Params],
       ValueError: members that disagree in number (:func:`population_size`).
     """
     population_size(hparams, keys)
+    return init_from_params(build, jax.vmap(init_params)(keys), hparams, num_clients)
 
-    def one(key, values):
-        return init_states(build(values), init_params(key), num_clients)
 
-    return jax.vmap(one)(keys, dict(hparams))
+def init_from_params(build: Builder, params: Params, hparams: HParams, num_clients: int
+                     ) -> tuple[ServerState, ClientStates]:
+    """Round-0 states of every member from their initial parameters ``params`` (stacked
+    ``[P, ...]``, e.g. each member's GloVe-initialised model), stacked ``[P, ...]``."""
+
+    def one(p, values):
+        return init_states(build(values), p, num_clients)
+
+    return jax.vmap(one)(params, dict(hparams))
 
 
 def build_population_round(build: Builder, *, batch_size: int, local_epochs: int,
-                           trainer: Callable[..., Callable] | None = None) -> Callable:
+                           trainer: Callable[..., Callable] | None = None,
+                           per_member_data: bool = False) -> Callable:
     """The un-jitted population round.
 
     Args:
@@ -111,12 +119,16 @@ def build_population_round(build: Builder, *, batch_size: int, local_epochs: int
       batch_size, local_epochs: B and E, shared by the members.
       trainer: the round builder (default: the algorithm's centralised trainer when it has
         one, else :func:`fedjax_sc.core.round.build_round`).
+      per_member_data: ``clients`` is stacked ``[P, ...]`` too (each member sampled its own
+        clients); default: one copy for all members.
 
     Returns:
       ``round_step(states, client_states, clients, keys, hparams) -> (states, client_states,
       metrics)``: ``states`` / ``client_states`` / ``metrics`` stacked ``[P, ...]``, ``keys``
       the members' run keys ``[P]`` (as ``rng`` of the one-run round), ``hparams`` ``[P]``
-      arrays, ``clients`` one :class:`~fedjax_sc.data.client_data.ClientData` for all.
+      arrays, ``clients`` one :class:`~fedjax_sc.data.client_data.ClientData` for all. A
+      population of one (P = 1, known when the round is traced) runs the one-run round
+      without ``vmap``, so a single run's numbers are those of the one-run round exactly.
     """
 
     def one(state, client_states, clients, key, values):
@@ -128,9 +140,13 @@ def build_population_round(build: Builder, *, batch_size: int, local_epochs: int
 
     def round_step(states: ServerState, client_states: ClientStates, clients: ClientData,
                    keys: jax.Array, hparams: HParams):
-        population_size(hparams, keys)
-        return jax.vmap(one, in_axes=(0, 0, None, 0, 0))(states, client_states, clients,
-                                                         keys, dict(hparams))
+        if population_size(hparams, keys) == 1:
+            data = member(clients, 0) if per_member_data else clients
+            out = one(member(states, 0), member(client_states, 0), data, keys[0],
+                      {k: v[0] for k, v in hparams.items()})
+            return jax.tree.map(lambda x: x[None], out)
+        return jax.vmap(one, in_axes=(0, 0, 0 if per_member_data else None, 0, 0))(
+            states, client_states, clients, keys, dict(hparams))
 
     return round_step
 

@@ -45,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     _train_arguments(q, grid=True)
     q.add_argument("--seeds", type=int, help="number of seeds 0..N-1 (default: 1 with "
                    "--quick, else 3)")
+    q.add_argument("--population-size", type=int, metavar="P",
+                   help="the most runs trained as one population (the seeds of a row, a "
+                   "table's grid: one compiled program); 1 trains them one by one (default: "
+                   "as many as half the free memory holds)")
     q.add_argument("--quick", action="store_true",
                    help="a first look: 1 round, n_Z = 5 Ap evaluations, 1 seed")
     q.add_argument("--methods", nargs="+", metavar="M",
@@ -114,6 +118,7 @@ def _d(field: str):
 
 def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     """The options of one run; ``grid``: those shared by every run of a reproduction."""
+    from fedjax_sc.run.members import GRID_NAMES
     from fedjax_sc.run.train import ALGORITHMS, DTYPES, SCENES
     t.add_argument("--scene", choices=SCENES, default=_d("scene"))
     t.add_argument("--data-dir", help="corpus directory (fdu: the FDU-MTL folder; iyy: the "
@@ -195,7 +200,9 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     f.add_argument("--alpha", type=float, help="label skew: q ~ Dir(alpha p) (small: near one "
                    "class per client)")
     f.add_argument("--beta", type=float, help="quantity skew: sizes ~ Dir_N(beta)")
-    f.add_argument("--partition-seed", type=int, default=_d("partition_seed"))
+    f.add_argument("--partition-seed", type=int, default=_d("partition_seed"),
+                   help="the data's seed: the Dirichlet partition and the synthetic reviews "
+                   "(training seeds share one dataset)")
     f.add_argument("--clients-per-round", type=int,
                    help="M clients sampled per round without replacement (default: all)")
     f.add_argument("--sampling", choices=("uniform", "size"), default=_d("sampling"),
@@ -261,12 +268,38 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
         t.add_argument("--out", help="the results store (default: runs/reproduce, or "
                        "runs/reproduce-quick with --quick)")
         return
-    t.add_argument("--out", default=_d("out"), help="output directory")
+    t.add_argument("--out", default=_d("out"), help="output directory (with --seeds or "
+                   "--grid: the population's folder, one run folder per member and "
+                   "population.json)")
+    t.add_argument("--seeds", help="train these seeds (e.g. 0,1,2) as one population: one "
+                   "compiled round for all members")
+    t.add_argument("--grid", action="append", metavar="NAME=V1,V2,...",
+                   help="train every value as members of one population (repeat for a "
+                   "product grid), e.g. lr=0.01,0.05 or lambda_kt=0,0.01; names: "
+                   + ", ".join(GRID_NAMES))
     t.add_argument("--resume", action="store_true", help="continue from the last checkpoint "
                    "(refused if the data or the vocabulary changed)")
     t.add_argument("--overwrite", action="store_true",
                    help="replace an earlier run in --out: its files are deleted once the new "
                    "inputs are checked; a folder holding other files is refused")
+
+
+def _train(args: dict) -> None:
+    """One run, or with --seeds / --grid a population of runs under --out."""
+    from fedjax_sc.run import members
+    from fedjax_sc.run.train import TrainConfig, train, train_population
+    seeds, specs = args.pop("seeds"), args.pop("grid")
+    config = TrainConfig(**args)
+    if seeds is None and not specs:
+        train(config)
+        return
+    if seeds is not None and config.seed != _d("seed"):
+        raise ValueError("--seed and --seeds: give one of them")
+    grid = members.parse_grid(specs)
+    configs = members.expand(config, None if seeds is None else members.parse_seeds(seeds),
+                             grid)
+    Path(config.out).mkdir(parents=True, exist_ok=True)
+    train_population(configs, index=Path(config.out) / "population.json", grid=list(grid))
 
 
 def _reproduce(args: dict) -> None:
@@ -280,6 +313,9 @@ def _reproduce(args: dict) -> None:
     seeds = args.pop("seeds") or (QUICK["seeds"] if quick else FULL_SEEDS)
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    size = args.pop("population_size")
+    if size is not None and size < 1:
+        raise ValueError(f"--population-size must be >= 1, got {size}")
     out = args.pop("out") or ("runs/reproduce-quick" if quick else "runs/reproduce")
     if quick:
         args["rounds"] = args["rounds"] or QUICK["rounds"]
@@ -295,7 +331,7 @@ def _reproduce(args: dict) -> None:
     if args["scene"] == "synthetic" and args["embeddings"] == "glove-6b-50d":
         args["embeddings"] = "random"  # the synthetic scene's words are not English
     reproduce(table, TrainConfig(**args), out, list(range(seeds)), plots=plots,
-              methods=methods, d1s=d1s, fractions=fractions)
+              methods=methods, d1s=d1s, fractions=fractions, population_size=size)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,10 +341,10 @@ def main(argv: list[str] | None = None) -> int:
         args["domains"] = tuple(args["domains"])
     if args.get("pca_band"):
         args["pca_band"] = tuple(args["pca_band"])
-    from fedjax_sc.run.train import NonFiniteUpdateError, TrainConfig, train
+    from fedjax_sc.run.train import NonFiniteUpdateError
     try:
         if command == "train":
-            train(TrainConfig(**args))
+            _train(args)
         elif command == "reproduce":
             _reproduce(args)
         elif command == "results":
@@ -345,6 +381,9 @@ def _saved(command: str, args: dict) -> str:
                 "rerun the same command to go on")
     if command != "train":
         return "nothing was written"
+    if (Path(args["out"]) / "population.json").exists():
+        return (f"every member's last finished round is saved in its folder under "
+                f"{args['out']}; add --resume to the same command to go on from there")
     ckpts = Path(args["out"]) / "checkpoints"
     rounds = sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) \
         if ckpts.is_dir() else []

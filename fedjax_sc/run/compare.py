@@ -32,6 +32,7 @@ from fedjax_sc.core.evaluate import (
     paired_ag_difference,
 )
 from fedjax_sc.data.client_data import client_data
+from fedjax_sc.run import rundir
 from fedjax_sc.run.train import (
     build_setup,
     global_params,
@@ -134,7 +135,7 @@ def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
     if json_path is not None:
         ready = {k: accuracy_list(v, 6) if isinstance(v, np.ndarray) else v
                  for k, v in result.items()}
-        Path(json_path).write_text(json.dumps(ready, indent=2) + "\n")
+        rundir.write_text(Path(json_path), json.dumps(ready, indent=2) + "\n")
         log(f"written to {json_path}")
     return result
 

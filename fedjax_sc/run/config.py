@@ -114,7 +114,8 @@ class TrainConfig:
       ap_lr_mult: mu, fine-tuning LR = mu * lr (paper Table 5: 0.01).
       ap_mode: inference mode of Ap (s / p / sp for two-branch models; default: the
         algorithm's, sp for KTEPS, Remark 4). Every mode's curve is recorded.
-      seed: root seed (model init, shuffling, synthetic data).
+      seed: root seed (model init, random vectors of words without a pretrained one,
+        shuffling, client sampling, noise).
       embeddings: ``random`` (N(0, 1), as PyTorch's default), ``glove-6b-50d`` (the PyPI
         package's vectors) or the path of a GloVe/word2vec text file (``.gz`` too; d is
         read from it, e.g. the paper's ``glove.6B.200d.txt``).
@@ -132,8 +133,9 @@ class TrainConfig:
       num_clients: N of a Dirichlet partition.
       alpha: label-skew concentration (dirichlet_label; with dirichlet_quantity: combined).
       beta: quantity-skew concentration (dirichlet_quantity; with dirichlet_label: combined).
-      partition_seed: seed of the partition (kept apart from ``seed`` so that training seeds
-        share one partition).
+      partition_seed: the data's seed: the Dirichlet partition and the synthetic scene's
+        reviews (kept apart from ``seed`` so that training seeds share one dataset, and the
+        members of a population one scene).
       clients_per_round: M, clients sampled (without replacement) per round; None: all N.
       sampling: ``uniform`` (aggregation weights N^k / sum over the sampled) or ``size``
         (sampled with probability proportional to N^k, equal aggregation weights, so the
@@ -316,7 +318,7 @@ def load_scene(c: TrainConfig) -> scenes.Scene:
         corpora = scenes.synthetic_corpora(num_clients=c.synthetic_clients,
                                            train_per_client=c.synthetic_train,
                                            test_per_client=c.synthetic_test,
-                                           max_len=c.max_len, seed=c.seed)
+                                           max_len=c.max_len, seed=c.partition_seed)
     num_classes = NUM_CLASSES[c.scene]
     name = c.scene
     if c.partition != "natural":

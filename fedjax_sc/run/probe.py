@@ -31,6 +31,7 @@ from fedjax_sc.algorithms.kteps_star import private_upload
 from fedjax_sc.core import round as rnd
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.vocab import PAD, UNK
+from fedjax_sc.run import rundir
 from fedjax_sc.run.config import load_scene
 from fedjax_sc.run.setup import build_setup, load_run, restore_checkpoint
 
@@ -143,7 +144,7 @@ def probe(out: str | Path, client: str, word: str = "man",
         result["bands"].append(entry)
         log(format_band(entry, ks))
     path = Path(out) / f"probe-{client}-{word}.json"
-    path.write_text(json.dumps(result, indent=2))
+    rundir.write_text(path, json.dumps(result, indent=2))
     log(f"written to {path}")
     return result
 

@@ -42,6 +42,7 @@ from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.fedfusion import fedfusion
 from fedjax_sc.algorithms.fedper import fedper
 from fedjax_sc.algorithms.fs import fs
+from fedjax_sc.algorithms.hparams import is_traced
 from fedjax_sc.algorithms.indiv import indiv
 from fedjax_sc.algorithms.kteps import kteps
 from fedjax_sc.algorithms.kteps_star import default_band, private_upload
@@ -130,7 +131,7 @@ def upload_settings(name: str, embed_dim: int, pca_band: tuple[int, int] | None,
         pca_band = pca_band or default_band(embed_dim)
     if upload_noise is None:
         upload_noise = 0.0 if name in NO_UPLOAD else PAPER_SIGMA
-    return pca_band, float(upload_noise)
+    return pca_band, upload_noise if is_traced(upload_noise) else float(upload_noise)
 
 
 def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: int,

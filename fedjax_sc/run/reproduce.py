@@ -36,8 +36,8 @@ import numpy as np
 
 from fedjax_sc.algorithms.kteps_star import default_band
 from fedjax_sc.core import personalize
-from fedjax_sc.run import paper
-from fedjax_sc.run.train import TrainConfig, config_diff, train
+from fedjax_sc.run import members, paper, rundir
+from fedjax_sc.run.train import TrainConfig, config_diff, train_population
 
 TABLES = ("table2", "table3", "table4", "table5", "table6", "table7", "table8")
 QUICK = {"rounds": 1, "ap_evals": 5, "seeds": 1}
@@ -221,14 +221,14 @@ def finished(where: Path, c: TrainConfig) -> dict | None:
         never mixes them silently: choose another ``--out``).
     """
     if (where / "config.json").exists():
-        diff = config_diff(json.loads((where / "config.json").read_text()), c)
+        diff = config_diff(rundir.read_json(where / "config.json"), c)
         if diff:
             raise ValueError(f"{where} holds a run with other settings {diff}; use another "
                              f"--out for these settings")
     path = where / "report.json"
     if not path.exists():
         return None
-    report = json.loads(path.read_text())
+    report = rundir.read_json(path)
     ok = report.get("rounds") == c.rounds and (not c.ap or report.get("Ap") is not None)
     if ok and c.ap:
         s = report.get("ap_settings", {})
@@ -239,8 +239,13 @@ def finished(where: Path, c: TrainConfig) -> dict | None:
 def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[int],
               log: Callable[[str], None] = print, plots: bool = True,
               methods: Sequence[str] | None = None, d1s: Sequence[int] = TABLE7_D1,
-              fractions: Sequence[float] = TABLE7_FRACTIONS) -> str:
+              fractions: Sequence[float] = TABLE7_FRACTIONS,
+              population_size: int | None = None) -> str:
     """Runs (or resumes, or skips) every run of ``table`` for every seed; returns the Markdown.
+
+    The runs to train that share a program (the seeds of a row; Table 4's lambda grid, Table
+    5's mu values, Table 8's lambda_1 values of an architecture) train as populations
+    (:func:`fedjax_sc.run.members.groups`), each run still in its own folder of the store.
 
     Args:
       table: one of :data:`TABLES`.
@@ -254,6 +259,8 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
         :func:`plan`); None = all. The others are read from the store when finished there
         with the same settings and shown as ``not run`` otherwise.
       d1s, fractions: Table 7's grid (see :func:`plan`).
+      population_size: the most runs trained as one population (None: as many as fit in
+        memory, :func:`fedjax_sc.run.members.fitting`).
 
     Raises:
       ValueError: an unknown table, a name in ``methods`` that the table has no run for, or
@@ -268,17 +275,33 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
         raise ValueError(f"--methods: {table} has no run {', '.join(map(repr, unknown))}; "
                          f"choose from {' '.join(names)}")
     reports: dict[tuple[str, int], dict] = {}
+    pending: list[tuple[Run, TrainConfig]] = []
     for seed in seeds:
         for run in runs:
             c = dataclasses.replace(base, **run.overrides, seed=seed,
                                     out=str(run_dir(out, c0.scene, run.name, seed)),
                                     resume=False, overwrite=False).resolved()
-            if methods is None or run.name in methods:
-                reports[(run.name, seed)] = _ensure(run, c, out, log)
-            else:
-                report = finished(Path(c.out), c)
-                if report is not None:
-                    reports[(run.name, seed)] = report
+            report = finished(Path(c.out), c)
+            if report is not None:
+                reports[(run.name, seed)] = report
+                if methods is None or run.name in methods:
+                    log(f"== {run.name} seed {seed}: finished in {c.out}, skipped")
+            elif methods is None or run.name in methods:
+                pending.append((run, c))
+    # runs that reuse another's training (Table 5's mu) go once that one has finished
+    for reuse in (False, True):
+        batch = [_prepare(r, c, log) for r, c in pending
+                 if bool(r.shares_training_with) == reuse]
+        for group in members.groups(batch, population_size):
+            log(f"== {' + '.join(_label(c) for c in group)}: "
+                + ("one population" if len(group) > 1 else
+                   "resuming" if group[0].resume else "starting"))
+            train_population(group, log=log)
+    for run, c in pending:
+        report = finished(Path(c.out), c)
+        if report is None:
+            raise RuntimeError(f"{c.out}: the run ended without a complete report")
+        reports[(run.name, c.seed)] = report
     if c0.scene == "synthetic" and table in TABLE23_METHODS and reports:
         names = [r["client"] for r in next(iter(reports.values()))["clients"]]
         cells = {row: {m: cell._replace(metric=client_metric(table, m, row)) for m, cell in
@@ -290,17 +313,15 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
     if plots and table in TABLE23_METHODS and done:
         text += "\n\n" + _figures(table, c0, done, cells, reports, seeds, out)
     text += "\n\n" + cost_line(out, c0, done, seeds)
-    target.write_text(text + "\n")
+    rundir.write_text(target, text + "\n")
     log(text)
     return text
 
 
-def _ensure(run: Run, c: TrainConfig, out: Path, log: Callable[[str], None]) -> dict:
+def _prepare(run: Run, c: TrainConfig, log: Callable[[str], None]) -> TrainConfig:
+    """``c`` set to resume when its folder holds part of the run; a run that shares the
+    training of another (only its Ap settings differ) first gets that run's checkpoints."""
     where = Path(c.out)
-    report = finished(where, c)
-    if report is not None:
-        log(f"== {run.name} seed {c.seed}: finished in {where}, skipped")
-        return report
     if not (where / "config.json").exists() and run.shares_training_with:
         source = where.parent.parent / run.shares_training_with / where.name
         if (source / "report.json").exists() and (source / "checkpoints").exists():
@@ -309,13 +330,14 @@ def _ensure(run: Run, c: TrainConfig, out: Path, log: Callable[[str], None]) -> 
             shutil.copytree(source / "checkpoints", where / "checkpoints")
             for name in ("config.json", "metrics.jsonl"):
                 shutil.copy(source / name, where / name)
-    resume = (where / "config.json").exists()
-    log(f"== {run.name} seed {c.seed}: {'resuming' if resume else 'starting'} {where}")
-    train(dataclasses.replace(c, resume=resume), log=log)
-    report = finished(where, c)
-    if report is None:
-        raise RuntimeError(f"{where}: the run ended without a complete report")
-    return report
+    started = (where / "config.json").exists()
+    saved = started and rundir.last_round(where) is not None
+    # a run stopped before its first checkpoint starts afresh (its files are replaced)
+    return dataclasses.replace(c, resume=saved, overwrite=started and not saved)
+
+
+def _label(c: TrainConfig) -> str:
+    return f"{Path(c.out).parent.name} seed {c.seed}"
 
 
 def format_table(table: str, c: TrainConfig, cells: dict[str, dict[str, Cell]],
@@ -388,7 +410,7 @@ def cost_line(out: Path, c: TrainConfig, runs: Sequence[Run], seeds: Sequence[in
             rounds = [json.loads(line) for line in (where / "metrics.jsonl").read_text()
                       .splitlines() if line.strip()]
             secs = [x["seconds"] for x in rounds if x.get("phase", "round") == "round"]
-            report = json.loads((where / "report.json").read_text())
+            report = rundir.read_json(where / "report.json")
             ap = report.get("timing", {}).get("ap_seconds", 0.0)
             if r.name in trained:
                 spent += sum(secs)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_sc.run import paper
+from fedjax_sc.run import paper, rundir
 from fedjax_sc.run.config import config_from_json
 from fedjax_sc.run.reproduce import (
     TABLE23_METHODS,
@@ -112,8 +112,8 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
     if not runs:
         raise ValueError(f"no exported run in {dest / scene / table}")
     seeds = sorted({s for _, s in runs})
-    configs = {k: json.loads((v / "config.json").read_text()) for k, v in runs.items()}
-    reports = {k: json.loads((v / "report.json").read_text()) for k, v in runs.items()
+    configs = {k: rundir.read_json(v / "config.json") for k, v in runs.items()}
+    reports = {k: rundir.read_json(v / "report.json") for k, v in runs.items()
                if (v / "report.json").is_file()}
     rows = {k: _round_rows(v) for k, v in runs.items()}
     c = next(iter(configs.values()))
@@ -148,7 +148,7 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
             text += f"\n![Ag per round, then Ap_t]({png.name})\n"
         except ModuleNotFoundError as e:
             text += f"\nFigure skipped: {e}\n"
-    target.write_text(text)
+    rundir.write_text(target, text)
     return text
 
 

@@ -11,13 +11,21 @@ naming what changed.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
+import os
 import shutil
+import socket
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from fedjax_sc.run.config import TrainConfig, config_diff
+
+LOCK = ".fedjax-sc.lock"
+"""The lock file of a run folder (:func:`locked`), held while a process trains in it."""
 RUN_FILES = ("config.json", "vocab.json", "fingerprint.json", "metrics.jsonl", "report.json",
              "report.md", "checkpoints")
 """The entries ``fedjax-sc train`` writes into its ``--out`` folder."""
@@ -38,7 +46,7 @@ def foreign_entries(out: Path) -> list[str]:
     if not out.is_dir():
         return []
     return sorted(p.name for p in out.iterdir()
-                  if p.name not in RUN_FILES and not p.match(PROBE_GLOB))
+                  if p.name not in (*RUN_FILES, LOCK) and not p.match(PROBE_GLOB))
 
 
 def check_replaceable(out: Path) -> None:
@@ -117,7 +125,7 @@ def check_resume_data(out: Path, now: dict[str, Any], vocab_json: str) -> str | 
     """
     saved_path = out / "fingerprint.json"
     if saved_path.exists():
-        changes = fingerprint_changes(json.loads(saved_path.read_text()), now)
+        changes = fingerprint_changes(read_json(saved_path), now)
     else:
         vocab_path = out / "vocab.json"
         changes = ([] if not vocab_path.exists() or vocab_path.read_text() == vocab_json
@@ -156,3 +164,109 @@ def read_metrics(path: Path, upto: int, log: Callable[[str], None] = print) -> l
             raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg}); the metrics file "
                              f"is damaged") from None
     return [r for r in rows if r.get("phase", "round") == "round" and r["round"] <= upto]
+
+
+def check_out_dir(out: Path, c: TrainConfig) -> None:
+    """Checks ``out`` before any work; deletes nothing (an overwritten run is removed by
+    :func:`remove_run` once the new inputs are checked)."""
+    saved = out / "config.json"
+    if c.overwrite:
+        if run_files(out):
+            check_replaceable(out)
+        return
+    if not saved.exists():
+        if c.resume:
+            raise FileNotFoundError(f"--resume: no run to resume in {out} (no config.json)")
+        if run_files(out):
+            raise FileExistsError(f"{out} holds part of a run ({', '.join(run_files(out))}"
+                                  f") but no config.json; pass --overwrite to replace it, or "
+                                  f"choose another --out")
+        return
+    if not c.resume:
+        raise FileExistsError(f"{out} already holds a run; pass --resume to continue it, "
+                              f"--overwrite to replace it, or choose another --out")
+    diff = config_diff(read_json(saved), c)
+    if diff:
+        raise ValueError(f"--resume with a different configuration than {saved}: {diff}")
+
+
+class RunLockedError(FileExistsError):
+    """Another process trains in the run folder."""
+
+
+@contextlib.contextmanager
+def locked(out: Path):
+    """Holds the exclusive lock of run folder ``out`` (created if missing) for the block.
+
+    The lock is ``fcntl.flock`` on ``out/.fedjax-sc.lock``, which records the holder's pid and
+    host. The kernel releases it when its process ends, however it ends, so a lock left by a
+    killed process is stale by construction and taken over; the file is removed on release.
+    (``flock`` is local to a host: on a network file system shared by several hosts, give
+    each process its own --out.)
+
+    Raises:
+      RunLockedError: another process holds it (names the folder and the holder).
+    """
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK
+    while True:
+        f = path.open("a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise RunLockedError(f"{out} is in use by {holder} (its lock file {path}); wait "
+                                 f"for it to end, or choose another --out") from None
+        try:  # the holder before us may have removed the file we opened: lock the new one
+            same = os.fstat(f.fileno()).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        f.close()
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    f.flush()
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        fcntl.flock(f, fcntl.LOCK_UN)
+        f.close()
+        if created and not any(out.iterdir()):  # a run refused before writing anything
+            out.rmdir()
+
+
+def write_text(path: Path, text: str) -> None:
+    """Writes ``path`` atomically: a temporary file beside it, then a rename, so a reader (or
+    a run killed mid-write) sees the old file or the new one, never a torn one."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file's content.
+
+    Raises:
+      ValueError: not valid JSON (names the file and the position).
+    """
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg}); the file is damaged "
+                         f"or was cut short") from None
+
+
+def last_round(out: Path) -> int | None:
+    """The round of the newest checkpoint in run folder ``out`` (None: none)."""
+    ckpts = out / "checkpoints"
+    steps = [int(p.name) for p in ckpts.iterdir() if p.name.isdigit()] if ckpts.is_dir() else []
+    return max(steps, default=None)

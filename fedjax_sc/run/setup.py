@@ -3,7 +3,6 @@ checkpoints (shared by the training loop, ``fedjax-sc compare`` and ``fedjax-sc 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -16,6 +15,7 @@ from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.core.round import ClientStates, ServerState, init_states
 from fedjax_sc.data import scenes
 from fedjax_sc.models.text_classifier import init_params
+from fedjax_sc.run import rundir
 from fedjax_sc.run.config import TrainConfig, config_from_json
 from fedjax_sc.run.registry import build_algorithm
 
@@ -44,13 +44,10 @@ def global_params(setup: Setup, shared: Any) -> Any:
     return masking.merge(shared, setup.global_private)
 
 
-def build_setup(c: TrainConfig, scene: scenes.Scene,
-                log: Callable[[str], None] = print) -> Setup:
-    """The algorithm ``c`` names for ``scene`` and its initial states (GloVe-initialised when
-    ``c.embeddings`` says so); the same for a fresh run, a resumed one and ``fedjax-sc probe``.
-    """
-    algorithm = build_algorithm(
-        c.algorithm, vocab_size=len(scene.vocab), num_classes=scene.num_classes,
+def algorithm_options(c: TrainConfig, scene: scenes.Scene) -> dict[str, Any]:
+    """The keywords of :func:`~fedjax_sc.run.registry.build_algorithm` that ``c`` sets."""
+    return dict(
+        name=c.algorithm, vocab_size=len(scene.vocab), num_classes=scene.num_classes,
         embed_dim=c.embed_dim, hidden=c.hidden, mlp_hidden=c.mlp_hidden, furl_dim=c.furl_dim,
         dtype=c.dtype,
         learning_rate=c.lr, momentum=c.momentum, embedding_learning_rate=c.embedding_lr,
@@ -64,6 +61,28 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
         asp_schedule=c.asp_schedule,
         num_clients=scene.num_clients, server_opt=c.server_opt, server_lr=c.server_lr,
         server_momentum=c.server_momentum, server_tau=c.server_tau)
+
+
+def population_builder(c: TrainConfig, scene: scenes.Scene,
+                       traced: dict[str, str]) -> Callable[[dict[str, Any]], Algorithm]:
+    """``build(values) -> Algorithm`` for the members of a population: ``c``'s algorithm with
+    the settings named in ``values`` (config field names, keys of ``traced`` which maps them
+    to :func:`~fedjax_sc.run.registry.build_algorithm` keywords) replaced by the given, traced,
+    values (:mod:`fedjax_sc.core.population`)."""
+    options = algorithm_options(c, scene)
+
+    def build(values: dict[str, Any]) -> Algorithm:
+        return build_algorithm(**{**options, **{traced[k]: v for k, v in values.items()}})
+
+    return build
+
+
+def build_setup(c: TrainConfig, scene: scenes.Scene,
+                log: Callable[[str], None] = print) -> Setup:
+    """The algorithm ``c`` names for ``scene`` and its initial states (GloVe-initialised when
+    ``c.embeddings`` says so); the same for a fresh run, a resumed one and ``fedjax-sc probe``.
+    """
+    algorithm = build_algorithm(**algorithm_options(c, scene))
     if algorithm.central is not None and (c.dp_clip is not None or c.pca_band
                                           or c.upload_noise):
         raise ValueError(f"{c.algorithm} is trained centrally: upload compression, upload "
@@ -111,7 +130,7 @@ def load_run(out: str | Path, at_round: int | None = None
     saved = out / "config.json"
     if not saved.exists():
         raise FileNotFoundError(f"{saved} does not exist: not a fedjax-sc run directory")
-    c = config_from_json(json.loads(saved.read_text()))
+    c = config_from_json(rundir.read_json(saved))
     ckpt = ocp.CheckpointManager(out.resolve() / "checkpoints")
     steps = sorted(int(s) for s in ckpt.all_steps())
     if not steps:

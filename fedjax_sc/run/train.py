@@ -19,11 +19,12 @@ all devices (:mod:`fedjax_sc.core.sharding`); ``server_opt`` adds a FedOpt serve
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ import orbax.checkpoint as ocp
 from fedjax_sc import streams
 from fedjax_sc.algorithms import dp_sgd
 from fedjax_sc.algorithms.optimizers import client_sgd
-from fedjax_sc.core import communication, participation, personalize, sharding
+from fedjax_sc.core import communication, participation, personalize, population, sharding
 from fedjax_sc.core.evaluate import (
     accuracy_list,
     make_evaluate,
@@ -45,7 +46,7 @@ from fedjax_sc.core.evaluate import (
 from fedjax_sc.core.round import ClientStates, build_round
 from fedjax_sc.data import scenes
 from fedjax_sc.data.client_data import client_data, host_client_data
-from fedjax_sc.run import rundir
+from fedjax_sc.run import members, rundir
 from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configuration)
     DTYPES,
     EMBEDDINGS,
@@ -64,6 +65,7 @@ from fedjax_sc.run.setup import (  # noqa: F401 (re-exported: a run's states)
     build_setup,
     global_params,
     load_run,
+    population_builder,
     restore_checkpoint,
     save_checkpoint,
 )
@@ -71,30 +73,6 @@ from fedjax_sc.run.setup import (  # noqa: F401 (re-exported: a run's states)
 
 class NonFiniteUpdateError(RuntimeError):
     """A client's local update produced NaN/inf; the round was not aggregated or saved."""
-
-
-def _check_out_dir(out: Path, c: TrainConfig) -> None:
-    """Checks ``out`` before any work; deletes nothing (an overwritten run is removed by
-    :func:`rundir.remove_run` once the new inputs are checked)."""
-    saved = out / "config.json"
-    if c.overwrite:
-        if rundir.run_files(out):
-            rundir.check_replaceable(out)
-        return
-    if not saved.exists():
-        if c.resume:
-            raise FileNotFoundError(f"--resume: no run to resume in {out} (no config.json)")
-        if rundir.run_files(out):
-            raise FileExistsError(f"{out} holds part of a run ({', '.join(rundir.run_files(out))}"
-                                  f") but no config.json; pass --overwrite to replace it, or "
-                                  f"choose another --out")
-        return
-    if not c.resume:
-        raise FileExistsError(f"{out} already holds a run; pass --resume to continue it, "
-                              f"--overwrite to replace it, or choose another --out")
-    diff = config_diff(json.loads(saved.read_text()), c)
-    if diff:
-        raise ValueError(f"--resume with a different configuration than {saved}: {diff}")
 
 
 def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -116,9 +94,51 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
       CheckpointError: a checkpoint could not be written (names the round).
       OSError: the output folder cannot be written.
     """
-    c = config.resolved()
-    out = Path(c.out)
-    _check_out_dir(out, c)
+    return train_population([config], log)[0]
+
+
+def train_population(configs: Sequence[TrainConfig], log: Callable[[str], None] = print,
+                     index: Path | None = None, grid: Sequence[str] = ()
+                     ) -> list[dict[str, Any] | None]:
+    """Trains P runs as one population (:mod:`fedjax_sc.core.population`): one compiled round
+    for every member, each member's folder written as :func:`train` writes one run's.
+
+    The members share everything but their seeds, the values of
+    :data:`~fedjax_sc.run.members.TRACED` and the Ap phase's mu
+    (:func:`~fedjax_sc.run.members.check_members`); a population of one is :func:`train`. A
+    member whose update turns NaN/inf is reported, keeps its last checkpoint and stops; the
+    others go on (with one member, :class:`NonFiniteUpdateError` is raised).
+
+    Args:
+      configs: the members' configurations (distinct ``out`` folders).
+      log: where progress lines go (each prefixed with the member's folder when P > 1).
+      index: where to keep ``population.json`` (:func:`~fedjax_sc.run.members.write_index`);
+        None: none.
+      grid: the names of the grid's settings, recorded in ``population.json``.
+
+    Returns:
+      Every member's report (:func:`train`), None for a member that diverged.
+
+    Raises:
+      as :func:`train`; ValueError: members that differ in a setting that changes the
+      program or the data (names it).
+    """
+    cs = [config.resolved() for config in configs]
+    members.check_members(cs)
+    with contextlib.ExitStack() as locks:  # one process per run folder
+        for m in cs:
+            locks.enter_context(rundir.locked(Path(m.out)))
+        return _train_locked(cs, log, index, grid)
+
+
+def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path | None,
+                  grid: Sequence[str]) -> list[dict[str, Any] | None]:
+    """:func:`train_population` once the members' folders are locked."""
+    c, size = cs[0], len(cs)
+    for m in cs:
+        rundir.check_out_dir(Path(m.out), m)
+    say = ([log] if size == 1 else
+           [lambda line, name=Path(m.out).name: log(f"[{name}] {line}") for m in cs])
 
     t0 = time.perf_counter()
     scene = load_scene(c)
@@ -136,9 +156,17 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     if empty:
         log("kept by --allow-empty-clients: " + ", ".join(empty))
 
-    setup = build_setup(c, scene, log)
-    algorithm, state, client_states = setup.algorithm, setup.state, setup.client_states
-    root, train_key = setup.root, setup.train_key
+    setups = [build_setup(m, scene, log if i == 0 else _quiet) for i, m in enumerate(cs)]
+    algorithm = setups[0].algorithm  # the members' shared structure: evaluation, Ap modes
+    hparams = members.hparams(cs)
+    build = population_builder(c, scene, members.TRACED)
+    state, client_states = population.init_from_params(
+        build, population.stack([global_params(s, s.state.params) for s in setups]), hparams,
+        scene.num_clients)
+    keys = jnp.stack([s.train_key for s in setups])
+    if size > 1:
+        log(f"population of {size} members in one program"
+            + (f"; traced per member: {', '.join(hparams)}" if hparams else ""))
     # the Ap phase always fine-tunes per client; a centralised trainer says what it trains on
     central = algorithm.central
     host_train = host_client_data(scene.train, local_vocab=c.local_vocab)
@@ -157,124 +185,187 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     mode = c.ap_mode or algorithm.default_mode
     comm = None
     if central is None:
-        comm = communication.account(algorithm, state, host_train).summary()
+        comm = communication.account(algorithm, setups[0].state, host_train).summary()
         log(communication.describe(comm))
     else:
         log(f"{c.algorithm} is trained centrally: no communication")
 
     vocab_json = scene.vocab.to_json()
     data_print = rundir.fingerprint(corpus_files(c), vocab_json)
-    if c.resume:
-        note = rundir.check_resume_data(out, data_print, vocab_json)
-        if note:
-            log(note)
-    elif c.overwrite and rundir.run_files(out):  # the new inputs are all checked
-        rundir.remove_run(out)
-        log(f"--overwrite: removed the earlier run in {out}")
-    out.mkdir(parents=True, exist_ok=True)
-    ckpt = ocp.CheckpointManager(out.resolve() / "checkpoints",
-                                 options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
-    start = 0
-    if c.resume and ckpt.latest_step() is not None:
-        start = int(ckpt.latest_step())
-        if start > c.rounds:
-            raise ValueError(f"--resume: the checkpoint is at round {start}, past --rounds "
-                             f"{c.rounds}")
-        state, client_states = restore_checkpoint(ckpt, start, state, client_states)
-        log(f"resumed from {out / 'checkpoints'} at round {start}")
-    metrics_path = out / "metrics.jsonl"
-    history = rundir.read_metrics(metrics_path, start, log)
-    metrics_path.write_text("".join(json.dumps(r) + "\n" for r in history))
-    (out / "config.json").write_text(json.dumps(dataclasses.asdict(c), indent=2))
-    (out / "vocab.json").write_text(vocab_json)
-    (out / "fingerprint.json").write_text(json.dumps(data_print, indent=2))
+    for m in cs:
+        out = Path(m.out)
+        if m.resume:
+            last = rundir.last_round(out)
+            if last is None:
+                raise FileNotFoundError(f"--resume: {out / 'checkpoints'} holds no checkpoint, "
+                                        f"nothing to resume; start afresh with --overwrite")
+            if last > m.rounds:
+                raise ValueError(f"--resume: the checkpoint in {out} is at round {last}, past "
+                                 f"--rounds {m.rounds}")
+            note = rundir.check_resume_data(out, data_print, vocab_json)
+            if note:
+                log(note)
+            for name in ("report.json", "report.md"):  # rewritten when the run ends
+                (out / name).unlink(missing_ok=True)
+        elif m.overwrite and rundir.run_files(out):  # the new inputs are all checked
+            rundir.remove_run(out)
+            log(f"--overwrite: removed the earlier run in {out}")
+        out.mkdir(parents=True, exist_ok=True)
+    ckpts = [ocp.CheckpointManager(Path(m.out).resolve() / "checkpoints",
+                                   options=ocp.CheckpointManagerOptions(max_to_keep=2,
+                                                                        create=True))
+             for m in cs]
+    saved = [ck.latest_step() for ck in ckpts] if c.resume else [None]
+    start = 0 if None in saved else min(int(s) for s in saved)
+    if start:
+        restored = [restore_checkpoint(ck, start, population.member(state, i),
+                                       population.member(client_states, i))
+                    for i, ck in enumerate(ckpts)]
+        state, client_states = population.stack(restored)
+        log(f"resumed from {', '.join(str(Path(m.out) / 'checkpoints') for m in cs)} at "
+            f"round {start}")
+    metrics_paths = [Path(m.out) / "metrics.jsonl" for m in cs]
+    for m, path in zip(cs, metrics_paths):
+        history = rundir.read_metrics(path, start, log)
+        rundir.write_text(path, "".join(json.dumps(r) + "\n" for r in history))
+        rundir.write_text(Path(m.out) / "config.json", json.dumps(dataclasses.asdict(m),
+                                                                  indent=2))
+        rundir.write_text(Path(m.out) / "vocab.json", vocab_json)
+        rundir.write_text(Path(m.out) / "fingerprint.json", json.dumps(data_print, indent=2))
+    status = ["running"] * size
+    if index is not None:
+        members.write_index(index, cs, status, grid)
 
     mesh = sharding.client_mesh()
     state = sharding.put_replicated(state, mesh)
-    feed = participation.ClientFeed(round_host, client_states.private, mesh,
-                                    c.clients_per_round, c.sampling, c.seed)
+    feeds = [participation.ClientFeed(round_host, population.member(client_states.private, i),
+                                      mesh, c.clients_per_round, c.sampling, m.seed)
+             for i, m in enumerate(cs)]
+    feed = feeds[0]
     if feed.partial or mesh.size > 1:
         log(f"{feed.num_sampled} of {feed.num_clients} clients per round "
             f"({c.sampling if feed.partial else 'all'}); client axis of {feed.round_size} "
             f"over {mesh.size} device(s)")
 
-    def accuracies():
+    def inputs(idxs):
+        got = [f.inputs(idx) for f, idx in zip(feeds, idxs)]
+        data = population.stack([d for d, _ in got]) if feed.partial else got[0][0]
+        return data, ClientStates(population.stack([p for _, p in got]))
+
+    def accuracies(i):
+        params = population.member(state.params, i)
         ag = (None if global_eval is None else
-              np.asarray(global_eval(global_params(setup, state.params), test_data)))
+              np.asarray(global_eval(global_params(setups[i], params), test_data)))
         personal = (None if personal_eval is None else
                     {k: np.asarray(v) for k, v in personal_eval(
-                        (state.params, feed.private), test_data).items()})
+                        (params, feeds[i].private), test_data).items()})
         return ag, personal
 
-    ag, personal = accuracies()
+    results = [accuracies(i) for i in range(size)]
     if start < c.rounds:
         t0 = time.perf_counter()
-        builder = build_round if central is None else central.build
-        data, private = feed.inputs(feed.sample(start + 1))
+        step = population.build_population_round(
+            build, batch_size=c.batch_size, local_epochs=c.local_epochs,
+            trainer=build_round if central is None else central.build,
+            per_member_data=feed.partial)
+        data, private = inputs([f.sample(start + 1) for f in feeds])
         # the round replaces the server and client states: XLA may reuse their buffers
-        round_step = jax.jit(builder(algorithm, batch_size=c.batch_size,
-                                     local_epochs=c.local_epochs), donate_argnums=(0, 1)
-                             ).lower(state, ClientStates(private), data, train_key).compile()
+        round_step = jax.jit(step, donate_argnums=(0, 1)).lower(
+            state, private, data, keys, hparams).compile()
         log(f"round compiled in {time.perf_counter() - t0:.1f} s; algorithm {c.algorithm}, "
             f"batch {c.batch_size}, lr {c.lr}, {c.local_epochs} local epochs, d = {c.embed_dim}")
     durations = []
     for r in range(start + 1, c.rounds + 1):
         t0 = time.perf_counter()
-        idx = feed.sample(r)
-        data, private = feed.inputs(idx)
-        new_state, new_client_states, m = round_step(state, ClientStates(private), data,
-                                                     train_key)
-        real = len(idx)
-        m = jax.tree.map(lambda x: np.asarray(x)[:real], m)
-        finite = m.finite
-        if not finite.all():
-            k = int(np.flatnonzero(~finite)[0])
-            who = (names[idx[k]] if feed.num_clients == scene.num_clients
-                   else "all clients pooled")
-            raise NonFiniteUpdateError(
-                f"round {r}: client {int(idx[k])} ({who}) produced a non-finite update (mean "
-                f"local loss {float(m.train_loss[k])}); nothing was aggregated or saved. "
-                f"Try a smaller --lr.")
+        idxs = [f.sample(r) for f in feeds]
+        data, private = inputs(idxs)
+        new_state, new_client_states, ms = round_step(state, private, data, keys, hparams)
+        for i, idx in enumerate(idxs):
+            m = jax.tree.map(lambda x: np.asarray(x)[i, :len(idx)], ms)
+            if status[i] == "running" and not m.finite.all():
+                k = int(np.flatnonzero(~m.finite)[0])
+                who = (names[idx[k]] if feed.num_clients == scene.num_clients
+                       else "all clients pooled")
+                error = (f"round {r}: client {int(idx[k])} ({who}) produced a non-finite update "
+                         f"(mean local loss {float(m.train_loss[k])}); nothing was aggregated "
+                         f"or saved. Try a smaller --lr.")
+                if size == 1:
+                    raise NonFiniteUpdateError(error)
+                say[i](f"{error} This member stops; the others go on.")
+                status[i] = f"diverged at round {r}"
+            if status[i] == "running":
+                feeds[i].update(idx, population.member(new_client_states.private, i))
+        if "running" not in status:
+            raise NonFiniteUpdateError(f"round {r}: every member of the population diverged")
         state = new_state
-        feed.update(idx, new_client_states.private)
-        jax.block_until_ready((state.params, feed.private))
+        jax.block_until_ready((state.params, [f.private for f in feeds]))
         seconds = time.perf_counter() - t0
         durations.append(seconds)
-        ag, personal = accuracies()
-        steps = int(m.steps.sum())
-        row = {"phase": "round", "round": r, "train_loss": float(np.mean(m.train_loss)),
-               "Ag": None if ag is None else mean_accuracy(ag),
-               "seconds": seconds, "client_steps_per_s": steps / seconds,
-               "train_loss_per_client": m.train_loss.round(5).tolist(),
-               "Ag_per_client": None if ag is None else accuracy_list(ag),
-               "aux": {k: float(np.mean(v)) for k, v in m.aux.items()},
-               "aux_per_client": {k: v.round(5).tolist() for k, v in m.aux.items()},
-               "communication": comm}
-        if feed.partial:
-            row["clients"] = idx.tolist()
-        if personal is not None:
-            row["personal"] = {k: mean_accuracy(v) for k, v in personal.items()}
-            row["personal_per_client"] = accuracy_list(personal[mode])
-        with metrics_path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-        save_checkpoint(ckpt, r, state, ClientStates(feed.private))
-        eta = (c.rounds - r) * float(np.mean(durations))
-        shown = "n/a" if ag is None else f"{row['Ag']:.4f}"
-        extra = "" if personal is None else f" | personal ({mode}) {row['personal'][mode]:.4f}"
-        log(f"round {r:3d}/{c.rounds} | train loss {row['train_loss']:.4f} | Ag {shown}{extra} "
-            f"| {seconds:6.1f} s | {row['client_steps_per_s']:6.1f} client-steps/s "
-            f"| ETA {_hms(eta)}")
-    client_states = ClientStates(feed.private)
-    ckpt.wait_until_finished()
-    ckpt.close()
+        for i, idx in enumerate(idxs):
+            if status[i] != "running":
+                continue
+            m = jax.tree.map(lambda x: np.asarray(x)[i, :len(idx)], ms)
+            results[i] = ag, personal = accuracies(i)
+            steps = int(m.steps.sum())
+            row = {"phase": "round", "round": r, "train_loss": float(np.mean(m.train_loss)),
+                   "Ag": None if ag is None else mean_accuracy(ag),
+                   "seconds": seconds, "client_steps_per_s": steps / seconds,
+                   "train_loss_per_client": m.train_loss.round(5).tolist(),
+                   "Ag_per_client": None if ag is None else accuracy_list(ag),
+                   "aux": {k: float(np.mean(v)) for k, v in m.aux.items()},
+                   "aux_per_client": {k: v.round(5).tolist() for k, v in m.aux.items()},
+                   "communication": comm}
+            if feed.partial:
+                row["clients"] = idx.tolist()
+            if personal is not None:
+                row["personal"] = {k: mean_accuracy(v) for k, v in personal.items()}
+                row["personal_per_client"] = accuracy_list(personal[mode])
+            with metrics_paths[i].open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            save_checkpoint(ckpts[i], r, population.member(state, i),
+                            ClientStates(feeds[i].private))
+            eta = (c.rounds - r) * float(np.mean(durations))
+            shown = "n/a" if ag is None else f"{row['Ag']:.4f}"
+            extra = ("" if personal is None else
+                     f" | personal ({mode}) {row['personal'][mode]:.4f}")
+            say[i](f"round {r:3d}/{c.rounds} | train loss {row['train_loss']:.4f} | Ag {shown}"
+                   f"{extra} | {seconds:6.1f} s | {row['client_steps_per_s']:6.1f} "
+                   f"client-steps/s | ETA {_hms(eta)}")
+        if index is not None and f"diverged at round {r}" in status:
+            members.write_index(index, cs, status, grid)
+    for ck in ckpts:
+        ck.wait_until_finished()
+        ck.close()
 
+    reports: list[dict[str, Any] | None] = []
+    train_data = jax.tree.map(jnp.asarray, host_train) if c.ap else None
+    for i, m in enumerate(cs):
+        if status[i] != "running":
+            reports.append(None)
+            continue
+        reports.append(_finish(m, scene, setups[i], population.member(state, i),
+                               ClientStates(feeds[i].private), results[i], train_data,
+                               test_data, comm, durations, say[i]))
+        status[i] = "finished"
+    if index is not None:
+        members.write_index(index, cs, status, grid)
+    return reports
+
+
+def _finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, train_data,
+            test_data, comm, durations, log) -> dict[str, Any]:
+    """A member's Ap phase and report (report.json, report.md), after its last round."""
+    algorithm = setup.algorithm
+    mode = c.ap_mode or algorithm.default_mode
+    out = Path(c.out)
+    ag, personal = result
     ap, ap_seconds = None, 0.0
     if c.ap:
         t0 = time.perf_counter()
-        train_data = jax.tree.map(jnp.asarray, host_train)
-        ap = _personalize(c, algorithm, state, client_states, train_data, test_data, root, log)
+        ap = _personalize(c, algorithm, state, client_states, train_data, test_data,
+                          setup.root, log)
         ap_seconds = time.perf_counter() - t0
-        with metrics_path.open("a") as f:
+        with (out / "metrics.jsonl").open("a") as f:
             for t in range(ap.curve[mode].shape[1]):
                 f.write(json.dumps({
                     "phase": "ap", "round": c.rounds, "t": t, "steps": t * c.ap_steps,
@@ -283,6 +374,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     if personal is None:  # no private leaves: the personalised model is the global one
         personal = {"full": ag}
 
+    central = algorithm.central
     report = make_report(c, scene, ag, personal, ap, mode)
     report["communication"] = comm
     report["training"] = "federated" if central is None else central.name
@@ -290,14 +382,18 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
     if c.dp_clip is not None:
         report["dp"] = dp_report(c, scene)
         log(f"DP-SGD: {report['dp']['note']}")
-    (out / "report.json").write_text(json.dumps(report, indent=2))
+    rundir.write_text(out / "report.json", json.dumps(report, indent=2))
     table = format_table(report) + ("" if comm is None else
                                      "\n\n" + communication.describe(comm))
-    (out / "report.md").write_text(table + "\n")
+    rundir.write_text(out / "report.md", table + "\n")
     log(table)
     report["params"] = state.params
     report["private"] = client_states.private
     return report
+
+
+def _quiet(line: str) -> None:
+    """Drops a line (the members after the first repeat the first's setup lines)."""
 
 
 def dp_report(c: TrainConfig, scene: scenes.Scene) -> dict[str, Any]:

@@ -113,3 +113,23 @@ def test_methods_trains_only_the_named_runs_and_shows_the_others_as_not_run(tmp_
     assert "not run" not in md
     assert main(["reproduce", "table6", *tiny, "--methods", "fedavg"]) == 1
     assert "has no run 'fedavg'" in capsys.readouterr().err
+
+
+def test_seeds_of_a_row_train_as_one_population_unless_capped(tmp_path, capsys):
+    tiny = ["--scene", "synthetic", "--synthetic-clients", "2", "--synthetic-train", "16",
+            "--synthetic-test", "8", "--max-len", "8", "--embed-dim", "8", "--hidden", "4",
+            "--mlp-hidden", "6", "--ap-steps", "2", "--quick", "--no-plots", "--seeds", "2",
+            "--methods", "kteps"]
+    assert main(["reproduce", "table6", *tiny, "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "== kteps seed 0 + kteps seed 1: one population" in out
+    assert main(["reproduce", "table6", *tiny, "--out", str(tmp_path / "b"),
+                 "--population-size", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "one population" not in out and out.count("starting") == 2
+    for seed in (0, 1):  # a member's folder is the run it would be alone
+        a, b = (json.loads((run_dir(tmp_path / d, "synthetic", "kteps", seed)
+                            / "report.json").read_text()) for d in "ab")
+        assert a["Ap"] == pytest.approx(b["Ap"], abs=1e-6)
+    assert main(["reproduce", "table6", *tiny, "--out", str(tmp_path / "a")]) == 0
+    assert capsys.readouterr().out.count("skipped") == 2

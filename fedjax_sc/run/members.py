@@ -1,0 +1,206 @@
+"""The members of a population run: seeds and a hyperparameter grid expanded into run configs.
+
+``fedjax-sc train --seeds 0,1,2 --grid lr=0.01,0.05 --out DIR`` trains the product of the
+values (grid names varying slowest in the order given, then the seeds) as one population
+(:mod:`fedjax_sc.core.population`): one compiled round for all members. Each member is a
+complete run folder under ``DIR`` (its own config.json with its values, metrics.jsonl,
+report.json, checkpoints) that ``results``, ``compare`` and ``--resume`` read as any run, and
+``DIR/population.json`` lists the members: folder (relative to DIR), seed, values, status.
+
+What may differ between members: the seed (initialisation, the random vectors of words
+without a pretrained vector, batch order, client sampling, noise), the values of
+:data:`TRACED` (passed to the algorithm's builder as traced scalars) and the Ap phase's mu
+(``ap_lr_mult``: the fine-tuning runs member by member). Everything else changes the program
+or the data and must be equal; :func:`check_members` names the setting that is not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedjax_sc.run import rundir
+from fedjax_sc.run.config import TrainConfig
+
+TRACED = {"lr": "learning_rate", "momentum": "momentum", "lambda_kt": "lambda_kt",
+          "lambda_div": "lambda_div", "upload_noise": "upload_noise", "dp_noise": "dp_noise",
+          "prox_mu": "prox_mu", "mmd_weight": "mmd_weight",
+          "server_lr": "server_lr", "server_momentum": "server_momentum"}
+"""Config field -> keyword of :func:`fedjax_sc.run.registry.build_algorithm`: the settings a
+population may vary as traced values (one program for every value)."""
+
+GRID_NAMES = (*TRACED, "ap_lr_mult")
+"""The names ``--grid`` accepts (``ap_lr_mult`` is the Ap phase's mu)."""
+
+PER_MEMBER = {*GRID_NAMES, "seed", "out"}
+"""Fields in which members may differ."""
+
+
+def parse_grid(specs: Sequence[str] | None) -> dict[str, list[float]]:
+    """``["lr=0.01,0.05", "lambda_kt=0,0.01"]`` -> ``{"lr": [0.01, 0.05], "lambda_kt": [0.0,
+    0.01]}`` (order kept).
+
+    Raises:
+      ValueError: a spec without ``=``, an unknown name (the message lists :data:`GRID_NAMES`),
+        a name given twice, a value that is not a number, or a repeated value.
+    """
+    grid: dict[str, list[float]] = {}
+    for spec in specs or ():
+        name, sep, values = spec.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or not values.strip():
+            raise ValueError(f"--grid {spec!r}: write NAME=V1,V2,... (e.g. lr=0.01,0.05)")
+        if name not in GRID_NAMES:
+            raise ValueError(f"--grid {spec!r}: {name!r} cannot vary within a population; "
+                             f"choose from {', '.join(GRID_NAMES)}")
+        if name in grid:
+            raise ValueError(f"--grid {name} given twice")
+        try:
+            numbers = [float(v) for v in values.split(",")]
+        except ValueError:
+            raise ValueError(f"--grid {spec!r}: the values must be numbers") from None
+        if len(set(numbers)) != len(numbers):
+            raise ValueError(f"--grid {spec!r}: a value is repeated")
+        grid[name] = numbers
+    return grid
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """``"0,1,2"`` -> ``[0, 1, 2]``.
+
+    Raises:
+      ValueError: not comma-separated integers, or a repeated seed.
+    """
+    try:
+        seeds = [int(s) for s in spec.split(",")]
+    except ValueError:
+        raise ValueError(f"--seeds {spec!r}: write comma-separated integers, e.g. 0,1,2") \
+            from None
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds {spec!r}: a seed is repeated")
+    return seeds
+
+
+def folder_name(values: dict[str, float], seed: int) -> str:
+    """A member's folder: ``lr-0.01_lambda_kt-0.001_seed-0`` (``seed-0`` without a grid)."""
+    return "_".join([*(f"{k}-{v:g}" for k, v in values.items()), f"seed-{seed}"])
+
+
+def expand(config: TrainConfig, seeds: Sequence[int] | None,
+           grid: dict[str, list[float]]) -> list[TrainConfig]:
+    """The members' configs: the product of the grid's values (the first name varying slowest)
+    and the seeds (default: ``config.seed``), each with ``out = config.out/<folder_name>``.
+
+    Raises:
+      ValueError: a member's values fail validation (:meth:`TrainConfig.resolved`).
+    """
+    seeds = [config.seed] if not seeds else list(seeds)
+    names = list(grid)
+    members = []
+    for combo in itertools.product(*(grid[k] for k in names)):
+        values = dict(zip(names, combo))
+        for seed in seeds:
+            out = str(Path(config.out) / folder_name(values, seed))
+            members.append(dataclasses.replace(config, **values, seed=seed, out=out))
+    for m in members:
+        m.resolved()
+    return members
+
+
+def check_members(configs: Sequence[TrainConfig]) -> None:
+    """Raises ``ValueError`` naming the first setting, outside :data:`PER_MEMBER`, in which two
+    members differ (it changes the program or the data), or two members sharing a folder.
+    ``configs`` are resolved."""
+    first = dataclasses.asdict(configs[0])
+    for c in configs[1:]:
+        for name, value in dataclasses.asdict(c).items():
+            if name not in PER_MEMBER and value != first[name]:
+                raise ValueError(f"members of one population must share {name} (it changes "
+                                 f"the program or the data): {first[name]!r} vs {value!r}")
+    outs = [str(Path(c.out).resolve()) for c in configs]
+    if len(set(outs)) != len(outs):
+        raise ValueError("two members of a population share an output folder")
+
+
+def varied(configs: Sequence[TrainConfig]) -> list[str]:
+    """The :data:`TRACED` fields whose values differ between the members (traced in the
+    round); the others reach the builder as Python floats."""
+    return [k for k in TRACED if len({getattr(c, k) for c in configs}) > 1]
+
+
+def hparams(configs: Sequence[TrainConfig]) -> dict[str, np.ndarray]:
+    """The varied values as float32 ``[P]`` arrays (:func:`varied`)."""
+    return {k: np.asarray([getattr(c, k) for c in configs], np.float32)
+            for k in varied(configs)}
+
+
+def write_index(path: Path, configs: Sequence[TrainConfig], status: Sequence[str],
+                grid: Sequence[str] = ()) -> None:
+    """Writes ``population.json`` (atomically): every member's folder relative to
+    ``path``'s folder, seed, grid values and status (``running``, ``finished``, or ``diverged
+    at round r``)."""
+    root = path.parent.resolve()
+    members: list[dict[str, Any]] = []
+    for c, s in zip(configs, status):
+        folder = Path(c.out).resolve()
+        members.append({"folder": os.path.relpath(folder, root), "seed": c.seed,
+                        "values": {k: getattr(c, k) for k in grid}, "status": s})
+    rundir.write_text(path, json.dumps({"members": members, "grid": list(grid)}, indent=2)
+                      + "\n")
+
+
+def groups(configs: Sequence[TrainConfig], cap: int | None = None
+           ) -> list[list[TrainConfig]]:
+    """The configs split into populations: runs that may share a program (equal outside
+    :data:`PER_MEMBER`), the same ``resume`` flag and the same last checkpoint (so that every
+    member starts at the same round), at most ``cap`` members each (None: :func:`fitting`).
+    Order is kept within a group; groups come in the order of their first member."""
+    keyed: dict[str, list[TrainConfig]] = {}
+    for c in configs:
+        fields = {k: v for k, v in dataclasses.asdict(c).items() if k not in PER_MEMBER}
+        keyed.setdefault(json.dumps([fields, rundir.last_round(Path(c.out))], sort_keys=True,
+                                    default=str), []).append(c)
+    out = []
+    for group in keyed.values():
+        size = cap or fitting(group[0])
+        out += [group[i:i + size] for i in range(0, len(group), size)]
+    return out
+
+
+def member_bytes(c: TrainConfig) -> int:
+    """A rough upper bound of one member's memory, in bytes: float32 parameters (dominated by
+    the [V, d] word embedding) held ``3 x (K + 1)`` times (the server's copy; each client's
+    parameters, momentum and update during the round). ``c`` resolved."""
+    from fedjax_sc.data.corpus import FDU_DOMAINS
+    clients = {"fdu": len(c.domains or FDU_DOMAINS), "iyy": 3,
+               "synthetic": c.synthetic_clients}[c.scene]
+    if c.partition != "natural":
+        clients = int(c.num_clients)
+    if c.clients_per_round is not None:
+        clients = c.clients_per_round
+    gru = 2 * 3 * c.hidden * (c.embed_dim + c.hidden + 2)
+    params = (c.vocab_size + 2) * c.embed_dim + 2 * gru + 4 * c.hidden * c.mlp_hidden
+    return 4 * params * 3 * (clients + 1)
+
+
+def free_bytes() -> int:
+    """Free memory of the first device (an accelerator's ``memory_stats``), else of the host
+    (``os.sysconf``), in bytes."""
+    import jax
+    stats = jax.devices()[0].memory_stats() or {}
+    if "bytes_limit" in stats:
+        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def fitting(c: TrainConfig) -> int:
+    """The default population size: as many members as half the free memory holds by
+    :func:`member_bytes` (at least 1)."""
+    return max(1, free_bytes() // 2 // member_bytes(c.resolved()))

@@ -1,0 +1,117 @@
+"""Population runs (seeds x grid as one program): member folders equal standalone runs,
+population.json, resume, a diverged member masked, and settings that cannot vary refused."""
+
+import json
+
+import chex
+import numpy as np
+import pytest
+
+from fedjax_sc.run import cli, members
+from fedjax_sc.run.train import TrainConfig, train, train_population
+
+TINY = dict(scene="synthetic", synthetic_clients=2, synthetic_train=12, synthetic_test=6,
+            max_len=8, embed_dim=6, hidden=3, mlp_hidden=4, batch_size=4, local_epochs=1,
+            ap_evals=2, ap_steps=2, rounds=2)
+
+
+def _quiet(_):
+    pass
+
+
+def _rounds(path):
+    return [json.loads(x) for x in path.read_text().splitlines()
+            if json.loads(x)["phase"] == "round"]
+
+
+@pytest.mark.parametrize("algorithm", ["kteps", "fedprox"])
+def test_cli_members_equal_standalone_runs(tmp_path, algorithm):
+    pop = tmp_path / "pop"
+    assert cli.main(["train", *_flags(dict(TINY, algorithm=algorithm)), "--out", str(pop),
+                     "--seeds", "0,1", "--grid", "lr=0.1,0.05"]) == 0
+    index = json.loads((pop / "population.json").read_text())
+    folders = [m["folder"] for m in index["members"]]
+    assert folders == ["lr-0.1_seed-0", "lr-0.1_seed-1", "lr-0.05_seed-0", "lr-0.05_seed-1"]
+    assert {m["status"] for m in index["members"]} == {"finished"}
+    for m in index["members"]:
+        saved = json.loads((pop / m["folder"] / "config.json").read_text())
+        assert (saved["seed"], saved["lr"]) == (m["seed"], m["values"]["lr"])
+        alone = train(TrainConfig(**dict(TINY, algorithm=algorithm), seed=m["seed"],
+                                  lr=m["values"]["lr"], out=str(tmp_path / m["folder"])),
+                      log=_quiet)
+        rows = _rounds(pop / m["folder"] / "metrics.jsonl")
+        np.testing.assert_allclose([r["train_loss"] for r in rows],
+                                   [r["train_loss"] for r in
+                                    _rounds(tmp_path / m["folder"] / "metrics.jsonl")],
+                                   rtol=1e-5)
+        report = json.loads((pop / m["folder"] / "report.json").read_text())
+        assert report["Ap"] == pytest.approx(alone["Ap"], abs=1e-9)
+
+
+def test_member_params_equal_standalone_and_resume_is_exact(tmp_path):
+    cfgs = members.expand(TrainConfig(**TINY, algorithm="fedper", out=str(tmp_path / "p")),
+                          [3, 4], {"momentum": [0.9, 0.5]})
+    full = train_population(cfgs, log=_quiet)
+    cut = members.expand(TrainConfig(**dict(TINY, rounds=1), algorithm="fedper", ap=False,
+                                     out=str(tmp_path / "c")), [3, 4], {"momentum": [0.9, 0.5]})
+    train_population(cut, log=_quiet)
+    resumed = train_population(
+        members.expand(TrainConfig(**TINY, algorithm="fedper", resume=True,
+                                   out=str(tmp_path / "c")), [3, 4], {"momentum": [0.9, 0.5]}),
+        log=_quiet)
+    for a, b in zip(full, resumed):
+        chex.assert_trees_all_equal((a["params"], a["private"]), (b["params"], b["private"]))
+    alone = train(TrainConfig(**TINY, algorithm="fedper", seed=4, momentum=0.5,
+                              out=str(tmp_path / "alone")), log=_quiet)
+    chex.assert_trees_all_close((full[3]["params"], full[3]["private"]),
+                                (alone["params"], alone["private"]), rtol=1e-5, atol=1e-6)
+
+
+def test_a_diverged_member_is_masked_and_the_others_finish(tmp_path):
+    cfgs = members.expand(TrainConfig(**TINY, out=str(tmp_path)), None, {"lr": [0.1, 1e30]})
+    reports = train_population(cfgs, log=_quiet, index=tmp_path / "population.json",
+                               grid=["lr"])
+    assert reports[0] is not None and reports[1] is None
+    status = [m["status"] for m in
+              json.loads((tmp_path / "population.json").read_text())["members"]]
+    assert status[0] == "finished" and status[1].startswith("diverged at round 1")
+    assert not (tmp_path / "lr-1e+30_seed-0" / "report.json").exists()
+    assert len(_rounds(tmp_path / "lr-0.1_seed-0" / "metrics.jsonl")) == 2
+
+
+def test_settings_that_change_the_program_are_refused(tmp_path, capsys):
+    a = TrainConfig(**TINY, out=str(tmp_path / "a")).resolved()
+    b = TrainConfig(**dict(TINY, hidden=5), out=str(tmp_path / "b")).resolved()
+    with pytest.raises(ValueError, match="must share hidden"):
+        members.check_members([a, b])
+    with pytest.raises(ValueError, match="share an output folder"):
+        members.check_members([a, a])
+    assert cli.main(["train", "--out", str(tmp_path / "x"), "--grid", "hidden=3,4"]) == 1
+    assert "'hidden' cannot vary within a population" in capsys.readouterr().err
+    assert cli.main(["train", "--out", str(tmp_path / "x"), "--seeds", "0,x"]) == 1
+    assert "--seeds '0,x'" in capsys.readouterr().err
+    assert cli.main(["train", "--out", str(tmp_path / "x"), "--seed", "2", "--seeds", "0,1"]) == 1
+    assert "--seed and --seeds" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_grid_and_expand():
+    assert members.parse_grid(["lr=0.01,0.05", "lambda-kt=0,1e-3"]) == {
+        "lr": [0.01, 0.05], "lambda_kt": [0.0, 0.001]}
+    for bad, msg in (("lr", "NAME=V1"), ("lr=a", "numbers"), ("lr=1,1", "repeated")):
+        with pytest.raises(ValueError, match=msg):
+            members.parse_grid([bad])
+    cfgs = members.expand(TrainConfig(out="d"), [0, 1], {"lr": [0.1, 0.2], "lambda_kt": [0, 1]})
+    assert [c.out for c in cfgs][:3] == ["d/lr-0.1_lambda_kt-0_seed-0",
+                                         "d/lr-0.1_lambda_kt-0_seed-1",
+                                         "d/lr-0.1_lambda_kt-1_seed-0"]
+    assert members.varied([c.resolved() for c in cfgs]) == ["lr", "lambda_kt"]
+    with pytest.raises(ValueError, match="ap_lr_mult"):
+        members.expand(TrainConfig(out="d"), None, {"ap_lr_mult": [-1.0]})
+
+
+def _flags(cfg):
+    out = []
+    for k, v in cfg.items():
+        out += [f"--{k.replace('_', '-')}", str(v)]
+    return out

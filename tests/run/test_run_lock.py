@@ -1,0 +1,93 @@
+"""One run per folder, no stale report, torn JSON named: the run folder's lock, report
+removal on resume, refused resumes that would lose or fake progress."""
+
+import json
+
+import pytest
+
+from fedjax_sc.run import cli, rundir
+from fedjax_sc.run.train import TrainConfig, train
+
+TINY = ["--scene", "synthetic", "--synthetic-clients", "2", "--synthetic-train", "8",
+        "--synthetic-test", "4", "--max-len", "8", "--embed-dim", "6", "--hidden", "3",
+        "--mlp-hidden", "4", "--batch-size", "4", "--local-epochs", "1", "--ap-evals", "2",
+        "--ap-steps", "2"]
+CFG = dict(scene="synthetic", synthetic_clients=2, synthetic_train=8, synthetic_test=4,
+           max_len=8, embed_dim=6, hidden=3, mlp_hidden=4, batch_size=4, local_epochs=1,
+           ap_evals=2, ap_steps=2)
+
+
+def _quiet(_):
+    pass
+
+
+def test_a_second_process_on_a_locked_folder_is_refused_and_nothing_is_written(tmp_path,
+                                                                                 capsys):
+    out = tmp_path / "run"
+    with rundir.locked(out):  # another process's lock (flock: per open file, as across
+        # processes)
+        assert (out / rundir.LOCK).read_text().startswith("pid ")
+        assert cli.main(["train", *TINY, "--rounds", "1", "--out", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert f"{out} is in use by pid" in err and err.count("\n") == 1
+        assert sorted(p.name for p in out.iterdir()) == [rundir.LOCK]
+        with pytest.raises(rundir.RunLockedError):  # reproduce and populations alike
+            train(TrainConfig(**CFG, rounds=1, out=str(out)), log=_quiet)
+    assert not out.exists()  # the lock's own folder, left empty, is removed
+    assert cli.main(["train", *TINY, "--rounds", "1", "--out", str(out)]) == 0
+    assert not (out / rundir.LOCK).exists()
+
+
+def test_a_stale_lock_file_of_a_dead_process_is_taken_over(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / rundir.LOCK).write_text("pid 999999 on elsewhere\n")  # no process holds it
+    train(TrainConfig(**CFG, rounds=1, out=str(out), ap=False), log=_quiet)
+    assert (out / "report.json").exists() and not (out / rundir.LOCK).exists()
+
+
+def test_resume_removes_the_old_report_until_the_run_ends(tmp_path):
+    out = tmp_path / "run"
+    train(TrainConfig(**CFG, rounds=1, out=str(out), ap=False), log=_quiet)
+    assert json.loads((out / "report.json").read_text())["rounds"] == 1
+
+    def stop_at_round_2(line):
+        if "round   2/3" in line:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(TrainConfig(**CFG, rounds=3, out=str(out), ap=False, resume=True),
+              log=stop_at_round_2)
+    assert not (out / "report.json").exists() and not (out / "report.md").exists()
+    assert not (out / rundir.LOCK).exists()  # released on the way out
+    train(TrainConfig(**CFG, rounds=3, out=str(out), ap=False, resume=True), log=_quiet)
+    assert json.loads((out / "report.json").read_text())["rounds"] == 3
+
+
+def test_resumes_that_cannot_resume_are_refused_before_anything_is_removed(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["train", *TINY, "--rounds", "2", "--out", str(out), "--no-ap"]) == 0
+    assert cli.main(["train", *TINY, "--rounds", "1", "--out", str(out), "--no-ap",
+                     "--resume"]) == 1
+    assert "at round 2, past --rounds 1" in capsys.readouterr().err
+    for step in (out / "checkpoints").iterdir():
+        if step.name.isdigit():
+            import shutil
+            shutil.rmtree(step)
+    assert cli.main(["train", *TINY, "--rounds", "2", "--out", str(out), "--no-ap",
+                     "--resume"]) == 1
+    assert "holds no checkpoint, nothing to resume" in capsys.readouterr().err
+    assert (out / "report.json").exists()  # kept: nothing was resumed
+    (out / "config.json").write_text('{"scene": "synth')  # torn
+    assert cli.main(["train", *TINY, "--rounds", "2", "--out", str(out), "--resume"]) == 1
+    assert f"{out / 'config.json'}:1: not valid JSON" in capsys.readouterr().err
+
+
+def test_write_text_replaces_whole_files_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "a.json"
+    rundir.write_text(path, "old")
+    rundir.write_text(path, "new")
+    assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["a.json"]
+    with pytest.raises(TypeError):
+        rundir.write_text(path, None)  # a failed write keeps the old file
+    assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["a.json"]
