@@ -3,10 +3,12 @@ the Markdown table printed at the end of ``fedjax-sc train``."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
+from fedjax_sc.algorithms import dp_sgd
 from fedjax_sc.core import personalize
 from fedjax_sc.core.evaluate import mean_accuracy
 from fedjax_sc.data import scenes
@@ -63,3 +65,23 @@ def format_table(report: dict[str, Any]) -> str:
                      f"{pct(r['Ap'])} |")
     lines.append(f"| Avg | | | {pct(report['Ag'])} | {pct(report['Ap'])} |")
     return "\n".join(lines)
+
+
+def dp_report(c: Any, scene: scenes.Scene) -> dict[str, Any]:
+    """Each client's DP-SGD privacy after ``c.rounds`` rounds: noise multiplier z, sampling
+    rate q = B / N^k, local steps and epsilon at ``c.dp_delta`` (RDP accountant of
+    ``dp-accounting``; ``None`` when it is not installed, with the reason in ``note``)."""
+    counts = np.asarray(scene.train.counts)
+    steps = [c.rounds * c.local_epochs * math.ceil(int(n) / c.batch_size) for n in counts]
+    rates = [min(1.0, c.batch_size / max(int(n), 1)) for n in counts]
+    eps = [dp_sgd.epsilon(c.dp_noise, q, t, c.dp_delta) for q, t in zip(rates, steps)]
+    if any(e is None for e in eps):
+        note = (f"z = {c.dp_noise}, C = {c.dp_clip}, q = B/N^k in [{min(rates):.4f}, "
+                f"{max(rates):.4f}]; epsilon not computed: dp-accounting is not installed "
+                f"(pip install 'fedjax_sc[dp]')")
+    else:
+        note = (f"z = {c.dp_noise}, C = {c.dp_clip}: epsilon in [{min(eps):.3g}, "
+                f"{max(eps):.3g}] at delta = {c.dp_delta} per client (RDP, Poisson-sampling "
+                f"approximation)")
+    return {"noise_multiplier": c.dp_noise, "l2_norm_clip": c.dp_clip, "delta": c.dp_delta,
+            "sampling_rate": rates, "steps": steps, "epsilon": eps, "note": note}

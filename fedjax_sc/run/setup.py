@@ -3,16 +3,20 @@ checkpoints (shared by the training loop, ``fedjax-sc compare`` and ``fedjax-sc 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.core.round import ClientStates, ServerState, init_states
+from fedjax_sc.core.sharding import to_host
 from fedjax_sc.data import scenes
 from fedjax_sc.models.text_classifier import init_params
 from fedjax_sc.run import rundir
@@ -107,14 +111,74 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
 
 def restore_checkpoint(ckpt: ocp.CheckpointManager, step: int, state: ServerState,
                        client_states: ClientStates) -> tuple[ServerState, ClientStates]:
-    """The states saved at round ``step``, restored into the structure of the given ones."""
-    restored = ckpt.restore(step, args=ocp.args.StandardRestore(
-        _checkpoint_tree(state, client_states)))
+    """The states saved at round ``step``, restored into the structure of the given ones and
+    verified against the SHA-256 recorded when they were saved (a checkpoint written before
+    digests existed is restored unverified).
+
+    Raises:
+      CheckpointError: the checkpoint cannot be read, or its content differs from what was
+        saved (one line naming the round and the folder).
+    """
+    try:
+        restored = ckpt.restore(step, args=ocp.args.StandardRestore(
+            _checkpoint_tree(state, client_states)))
+    except Exception as e:  # orbax / TensorStore raise many types for a damaged folder
+        raise CheckpointError(f"round {step} in {ckpt.directory} cannot be read "
+                              f"({type(e).__name__}: {_first_line(e)})") from e
+    expected = _digests(ckpt).get(str(step))
+    if expected is not None and tree_digest(restored) != expected:
+        raise CheckpointError(f"round {step} in {ckpt.directory} does not match the SHA-256 "
+                              f"recorded when it was saved: its files were altered")
     # a state without leaves is not saved: keep the template's (empty) structure for it
     return (ServerState(restored["params"], restored["round"],
                         restored.get("opt_state", state.opt_state),
                         restored.get("upload_state", state.upload_state)),
             ClientStates(restored.get("private", client_states.private)))
+
+
+def newest_verified(ckpt: ocp.CheckpointManager, state: ServerState,
+                    client_states: ClientStates, log: Callable[[str], None] = print
+                    ) -> tuple[int, tuple[ServerState, ClientStates]] | None:
+    """The newest checkpoint that restores and verifies, and its states; None if none does.
+
+    A checkpoint that fails is moved (never deleted) to ``corrupt-checkpoints/<round>`` beside
+    the ``checkpoints`` folder, with a one-line warning naming it, and the next older one is
+    tried.
+    """
+    for step in sorted(ckpt.all_steps(), reverse=True):
+        try:
+            return step, restore_checkpoint(ckpt, step, state, client_states)
+        except CheckpointError as e:
+            aside = Path(ckpt.directory).parent / "corrupt-checkpoints" / str(step)
+            aside.parent.mkdir(exist_ok=True)
+            Path(ckpt.directory, str(step)).rename(aside)
+            ckpt.reload()
+            log(f"warning: {e}; moved it to {aside} and trying the round before")
+    return None
+
+
+def tree_digest(tree: Any) -> str:
+    """SHA-256 over every leaf of ``tree`` (its path, dtype, shape and bytes, in flattening
+    order): what a checkpoint is verified against."""
+    h = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_flatten_with_path(to_host(tree))[0]:
+        a = np.ascontiguousarray(leaf)
+        h.update(f"{jax.tree_util.keystr(path)}|{a.dtype}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+DIGESTS = "digests.json"
+"""``checkpoints/digests.json``: round -> SHA-256 of the saved states (:func:`tree_digest`)."""
+
+
+def _digests(ckpt: ocp.CheckpointManager) -> dict[str, str]:
+    path = Path(ckpt.directory) / DIGESTS
+    return rundir.read_json(path) if path.exists() else {}
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:200]
 
 
 def load_run(out: str | Path, at_round: int | None = None
@@ -153,15 +217,20 @@ def save_checkpoint(ckpt: ocp.CheckpointManager, r: int, state: ServerState,
     Raises:
       CheckpointError: the save failed (one line: round, folder, cause).
     """
+    tree = _checkpoint_tree(state, client_states)
     try:
-        ckpt.save(r, args=ocp.args.StandardSave(_checkpoint_tree(state, client_states)))
+        ckpt.save(r, args=ocp.args.StandardSave(tree))
         ckpt.wait_until_finished()
+        kept = {str(s) for s in ckpt.all_steps()}
+        digests = {k: v for k, v in _digests(ckpt).items() if k in kept}
+        digests[str(r)] = tree_digest(tree)
+        if jax.process_index() == 0:
+            rundir.write_text(Path(ckpt.directory) / DIGESTS, json.dumps(digests, indent=1))
     except Exception as e:  # orbax raises many types; all end the run the same way
-        cause = (str(e).strip().splitlines() or [""])[0][:200]
         raise CheckpointError(
             f"round {r}: saving the checkpoint to {ckpt.directory} failed ({type(e).__name__}: "
-            f"{cause}); rounds up to {r - 1} are saved: free space or fix the folder, then "
-            f"rerun with --resume") from e
+            f"{_first_line(e)}); rounds up to {r - 1} are saved: free space or fix the "
+            f"folder, then rerun with --resume") from e
 
 
 def _checkpoint_tree(state: ServerState, client_states: ClientStates) -> dict[str, Any]:

@@ -34,7 +34,6 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from fedjax_sc import streams
-from fedjax_sc.algorithms import dp_sgd
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.core import communication, participation, personalize, population, sharding
 from fedjax_sc.core.evaluate import (
@@ -44,7 +43,6 @@ from fedjax_sc.core.evaluate import (
     mean_accuracy,
 )
 from fedjax_sc.core.round import ClientStates, build_round
-from fedjax_sc.data import scenes
 from fedjax_sc.data.client_data import client_data, host_client_data
 from fedjax_sc.run import members, rundir
 from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configuration)
@@ -58,13 +56,14 @@ from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configu
     load_scene,
 )
 from fedjax_sc.run.registry import ALGORITHMS, build_algorithm  # noqa: F401
-from fedjax_sc.run.report import format_table, make_report
+from fedjax_sc.run.report import dp_report, format_table, make_report
 from fedjax_sc.run.setup import (  # noqa: F401 (re-exported: a run's states)
     CheckpointError,
     Setup,
     build_setup,
     global_params,
     load_run,
+    newest_verified,
     population_builder,
     restore_checkpoint,
     save_checkpoint,
@@ -192,6 +191,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
 
     vocab_json = scene.vocab.to_json()
     data_print = rundir.fingerprint(corpus_files(c), vocab_json)
+    found = []  # (round, states) of each resumed member's newest intact checkpoint
     for m in cs:
         out = Path(m.out)
         if m.resume:
@@ -205,22 +205,28 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
             note = rundir.check_resume_data(out, data_print, vocab_json)
             if note:
                 log(note)
+            found.append(newest_verified(_manager(out), population.member(state, len(found)),
+                                         population.member(client_states, len(found)), log))
+            if found[-1] is None:
+                raise CheckpointError(f"--resume: no checkpoint in {out / 'checkpoints'} "
+                                      f"restores intact (moved to corrupt-checkpoints/); start "
+                                      f"afresh with --overwrite")
             for name in ("report.json", "report.md"):  # rewritten when the run ends
                 (out / name).unlink(missing_ok=True)
         elif m.overwrite and rundir.run_files(out):  # the new inputs are all checked
             rundir.remove_run(out)
             log(f"--overwrite: removed the earlier run in {out}")
         out.mkdir(parents=True, exist_ok=True)
-    ckpts = [ocp.CheckpointManager(Path(m.out).resolve() / "checkpoints",
-                                   options=ocp.CheckpointManagerOptions(max_to_keep=2,
-                                                                        create=True))
-             for m in cs]
-    saved = [ck.latest_step() for ck in ckpts] if c.resume else [None]
-    start = 0 if None in saved else min(int(s) for s in saved)
-    if start:
-        restored = [restore_checkpoint(ck, start, population.member(state, i),
-                                       population.member(client_states, i))
-                    for i, ck in enumerate(ckpts)]
+    ckpts = [_manager(Path(m.out)) for m in cs]
+    start = min((step for step, _ in found), default=0)
+    if start:  # every member from the newest round all of them hold intact
+        restored = [states if step == start else restore_checkpoint(
+            ckpts[i], start, population.member(state, i), population.member(client_states, i))
+            for i, (step, states) in enumerate(found)]
+        for ck in ckpts:  # rounds past the common one are trained again, identically
+            for step in ck.all_steps():
+                if step > start:
+                    ck.delete(step)
         state, client_states = population.stack(restored)
         log(f"resumed from {', '.join(str(Path(m.out) / 'checkpoints') for m in cs)} at "
             f"round {start}")
@@ -392,28 +398,14 @@ def _finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, t
     return report
 
 
+def _manager(out: Path) -> ocp.CheckpointManager:
+    """The checkpoints of run folder ``out``: one per round, the last two kept."""
+    return ocp.CheckpointManager(out.resolve() / "checkpoints", options=ocp.
+                                 CheckpointManagerOptions(max_to_keep=2, create=True))
+
+
 def _quiet(line: str) -> None:
     """Drops a line (the members after the first repeat the first's setup lines)."""
-
-
-def dp_report(c: TrainConfig, scene: scenes.Scene) -> dict[str, Any]:
-    """Each client's DP-SGD privacy after ``c.rounds`` rounds: noise multiplier z, sampling
-    rate q = B / N^k, local steps and epsilon at ``c.dp_delta`` (RDP accountant of
-    ``dp-accounting``; ``None`` when it is not installed, with the reason in ``note``)."""
-    counts = np.asarray(scene.train.counts)
-    steps = [c.rounds * c.local_epochs * math.ceil(int(n) / c.batch_size) for n in counts]
-    rates = [min(1.0, c.batch_size / max(int(n), 1)) for n in counts]
-    eps = [dp_sgd.epsilon(c.dp_noise, q, t, c.dp_delta) for q, t in zip(rates, steps)]
-    if any(e is None for e in eps):
-        note = (f"z = {c.dp_noise}, C = {c.dp_clip}, q = B/N^k in [{min(rates):.4f}, "
-                f"{max(rates):.4f}]; epsilon not computed: dp-accounting is not installed "
-                f"(pip install 'fedjax_sc[dp]')")
-    else:
-        note = (f"z = {c.dp_noise}, C = {c.dp_clip}: epsilon in [{min(eps):.3g}, "
-                f"{max(eps):.3g}] at delta = {c.dp_delta} per client (RDP, Poisson-sampling "
-                f"approximation)")
-    return {"noise_multiplier": c.dp_noise, "l2_norm_clip": c.dp_clip, "delta": c.dp_delta,
-            "sampling_rate": rates, "steps": steps, "epsilon": eps, "note": note}
 
 
 def _personalize(c: TrainConfig, algorithm, state, client_states, train_data, test_data, root,

@@ -91,3 +91,49 @@ def test_write_text_replaces_whole_files_and_leaves_no_temporary(tmp_path):
     with pytest.raises(TypeError):
         rundir.write_text(path, None)  # a failed write keeps the old file
     assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def _largest_file(folder):
+    return max((p for p in folder.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+
+
+@pytest.mark.parametrize("damage", ["bytes", "emptied"])
+def test_a_damaged_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
+        tmp_path, damage):
+    import chex
+    full = train(TrainConfig(**CFG, rounds=3, out=str(tmp_path / "full"), ap=False),
+                 log=_quiet)
+    out = tmp_path / "cut"
+    train(TrainConfig(**CFG, rounds=2, out=str(out), ap=False), log=_quiet)
+    step = out / "checkpoints" / "2"
+    if damage == "bytes":  # same size, other content: values that still look like floats
+        path = _largest_file(step)
+        data = bytearray(path.read_bytes())
+        middle = len(data) // 2
+        data[middle:middle + 8] = bytes(255 - b for b in data[middle:middle + 8])
+        path.write_bytes(bytes(data))
+    else:
+        for p in step.rglob("*"):
+            if p.is_file():
+                p.write_bytes(b"")
+    lines = []
+    resumed = train(TrainConfig(**CFG, rounds=3, out=str(out), ap=False, resume=True),
+                    log=lines.append)
+    warning = [x for x in lines if x.startswith("warning:")]
+    assert len(warning) == 1 and "round 2 in" in warning[0]
+    assert (out / "corrupt-checkpoints" / "2").is_dir()  # kept, not deleted
+    chex.assert_trees_all_equal(full["params"], resumed["params"])
+    assert [r["round"] for r in (json.loads(x) for x in
+                                 (out / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3]
+
+
+def test_no_intact_checkpoint_is_an_error_naming_the_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["train", *TINY, "--rounds", "1", "--out", str(out), "--no-ap"]) == 0
+    path = _largest_file(out / "checkpoints" / "1")
+    path.write_bytes(b"\0" * path.stat().st_size)
+    assert cli.main(["train", *TINY, "--rounds", "2", "--out", str(out), "--no-ap",
+                     "--resume"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "no checkpoint in" in err[-1] and "restores intact" in err[-1]
+    assert (out / "report.json").exists()
