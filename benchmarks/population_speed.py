@@ -2,9 +2,9 @@
 
 For P in ``--sizes`` (default 1 3 8) it trains P members of one algorithm (seeds, and client
 learning rates spread over ``--lrs``) as one population (:mod:`fedjax_sc.core.population`:
-one compiled, vmapped program) and as P standalone runs in turn (the same per-member round,
-jitted once, called P times), and prints member-rounds per second of each, their ratio, the
-compile times, and the peak device memory per member where the device reports it (GPU/TPU;
+one compiled program, its members batched with ``vmap`` or run in turn with ``lax.map``) and
+as P standalone runs in turn (the same per-member round, jitted once, called P times), and
+prints member-rounds per second of each, their ratios, the compile times, and the peak device memory per member where the device reports it (GPU/TPU;
 on the CPU the population's states' bytes per member instead).
 
 Usage::
@@ -78,28 +78,33 @@ def main() -> None:
     model = build_algorithm(a.algorithm, **dims).model
     init = lambda key: init_params(model, key)
 
-    print("| P | population member-rounds/s | in turn member-rounds/s | ratio | compile s "
-          "(population / one) | memory per member, MB |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| P | vmap member-rounds/s | map member-rounds/s | in turn member-rounds/s | "
+          "vmap / in turn | map / in turn | compile s (vmap / map / one) | memory per member, "
+          "MB (vmap) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for p in a.sizes:
         hparams = {"lr": np.linspace(*a.lrs, p).astype(np.float32)}
         keys = jax.random.split(jax.random.key(0), p)
-        states, clients = pop.init_population(build, init, hparams, keys, a.clients)
-        step = jax.jit(pop.build_population_round(build, batch_size=a.batch_size,
-                                                  local_epochs=a.local_epochs))
-        t0 = time.perf_counter()
-        step = step.lower(states, clients, data, keys, hparams).compile()
-        compile_pop = time.perf_counter() - t0
-        states, clients, _ = step(states, clients, data, keys, hparams)  # warm-up
-        jax.block_until_ready(states)
-        t0 = time.perf_counter()
-        for _ in range(a.rounds):
-            states, clients, _ = step(states, clients, data, keys, hparams)
-        jax.block_until_ready(states)
-        together = p * a.rounds / (time.perf_counter() - t0)
-        peak = peak_bytes()
-        per_member = (peak / p if peak is not None else
-                      sum(x.nbytes for x in jax.tree.leaves((states, clients))) / p)
+        speed, compile_s = {}, {}
+        for axis in ("vmap", "map"):
+            states, clients = pop.init_population(build, init, hparams, keys, a.clients)
+            step = jax.jit(pop.build_population_round(build, batch_size=a.batch_size,
+                                                      local_epochs=a.local_epochs,
+                                                      member_axis=axis))
+            t0 = time.perf_counter()
+            step = step.lower(states, clients, data, keys, hparams).compile()
+            compile_s[axis] = time.perf_counter() - t0
+            states, clients, _ = step(states, clients, data, keys, hparams)  # warm-up
+            jax.block_until_ready(states)
+            t0 = time.perf_counter()
+            for _ in range(a.rounds):
+                states, clients, _ = step(states, clients, data, keys, hparams)
+            jax.block_until_ready(states)
+            speed[axis] = p * a.rounds / (time.perf_counter() - t0)
+            if axis == "vmap":
+                peak = peak_bytes()
+                per_member = (peak / p if peak is not None else
+                              sum(x.nbytes for x in jax.tree.leaves((states, clients))) / p)
 
         # the same members, one standalone program each call (compiled once: same shapes)
         singles = [init_states(build({"lr": float(lr)}), init(k), a.clients)
@@ -119,9 +124,11 @@ def main() -> None:
                 singles[i] = alone(s, c, data, keys[i], hparams["lr"][i])[:2]
         jax.block_until_ready(singles)
         in_turn = p * a.rounds / (time.perf_counter() - t0)
-        print(f"| {p} | {together:.3f} | {in_turn:.3f} | {together / in_turn:.2f}x | "
-              f"{compile_pop:.1f} / {compile_one:.1f} | {per_member / 2**20:.0f}"
-              + ("" if peak is not None else " (states only)") + " |", flush=True)
+        print(f"| {p} | {speed['vmap']:.3f} | {speed['map']:.3f} | {in_turn:.3f} | "
+              f"{speed['vmap'] / in_turn:.2f}x | {speed['map'] / in_turn:.2f}x | "
+              f"{compile_s['vmap']:.1f} / {compile_s['map']:.1f} / {compile_one:.1f} | "
+              f"{per_member / 2**20:.0f}" + ("" if peak is not None else " (states only)")
+              + " |", flush=True)
 
 
 if __name__ == "__main__":

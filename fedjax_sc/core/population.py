@@ -31,6 +31,9 @@ from fedjax_sc.algorithms.base import Algorithm, Params
 from fedjax_sc.core.round import ClientStates, ServerState, build_round, init_states
 from fedjax_sc.data.client_data import ClientData
 
+MEMBER_AXES = ("auto", "vmap", "map")
+"""How a population's program runs its members (:func:`build_population_round`)."""
+
 HParams = Mapping[str, jax.Array]
 """Per-member hyperparameters: name -> float32 ``[P]``."""
 
@@ -110,7 +113,8 @@ def init_from_params(build: Builder, params: Params, hparams: HParams, num_clien
 
 def build_population_round(build: Builder, *, batch_size: int, local_epochs: int,
                            trainer: Callable[..., Callable] | None = None,
-                           per_member_data: bool = False) -> Callable:
+                           per_member_data: bool = False,
+                           member_axis: str = "auto") -> Callable:
     """The un-jitted population round.
 
     Args:
@@ -121,6 +125,12 @@ def build_population_round(build: Builder, *, batch_size: int, local_epochs: int
         one, else :func:`fedjax_sc.core.round.build_round`).
       per_member_data: ``clients`` is stacked ``[P, ...]`` too (each member sampled its own
         clients); default: one copy for all members.
+      member_axis: how the program runs the members: ``vmap`` (batched: every operation over
+        all members at once, what fills an accelerator), ``map`` (``jax.lax.map``: one member
+        after another inside the one program, each with the shapes of a standalone run, so
+        a member is its standalone run exactly and a population never costs more than its
+        members in turn), or ``auto`` (default: ``map`` on the CPU, ``vmap`` elsewhere, the
+        faster of the two on each: see ``benchmarks/population_speed.py``).
 
     Returns:
       ``round_step(states, client_states, clients, keys, hparams) -> (states, client_states,
@@ -138,6 +148,9 @@ def build_population_round(build: Builder, *, batch_size: int, local_epochs: int
         return make(algorithm, batch_size=batch_size, local_epochs=local_epochs)(
             state, client_states, clients, key)
 
+    if member_axis not in MEMBER_AXES:
+        raise ValueError(f"member_axis {member_axis!r}: choose from {MEMBER_AXES}")
+
     def round_step(states: ServerState, client_states: ClientStates, clients: ClientData,
                    keys: jax.Array, hparams: HParams):
         if population_size(hparams, keys) == 1:
@@ -145,8 +158,19 @@ def build_population_round(build: Builder, *, batch_size: int, local_epochs: int
             out = one(member(states, 0), member(client_states, 0), data, keys[0],
                       {k: v[0] for k, v in hparams.items()})
             return jax.tree.map(lambda x: x[None], out)
-        return jax.vmap(one, in_axes=(0, 0, 0 if per_member_data else None, 0, 0))(
-            states, client_states, clients, keys, dict(hparams))
+        axis = member_axis
+        if axis == "auto":
+            axis = "map" if jax.default_backend() == "cpu" else "vmap"
+        if axis == "vmap":
+            return jax.vmap(one, in_axes=(0, 0, 0 if per_member_data else None, 0, 0))(
+                states, client_states, clients, keys, dict(hparams))
+
+        def each(xs):
+            state, own, data, key, values = xs
+            return one(state, own, clients if data is None else data, key, values)
+
+        return jax.lax.map(each, (states, client_states,
+                                  clients if per_member_data else None, keys, dict(hparams)))
 
     return round_step
 

@@ -257,7 +257,7 @@ class TrainConfig:
         c = dataclasses.replace(self, **{k: v for k, v in preset.items()
                                          if getattr(self, k) is None})
         if c.embeddings in EMBEDDINGS:
-            c.embed_dim = c.embed_dim or EMBED_DIM[c.embeddings]
+            c.embed_dim = EMBED_DIM[c.embeddings] if c.embed_dim is None else c.embed_dim
             if c.embeddings == "glove-6b-50d" and c.embed_dim != 50:
                 raise ValueError(f"glove-6b-50d gives d = 50, got --embed-dim {c.embed_dim}")
         else:  # a word-vector file says its d
@@ -270,12 +270,16 @@ class TrainConfig:
         for name in ("rounds", "local_epochs", "batch_size", "max_len", "vocab_size",
                      "embed_dim", "hidden", "mlp_hidden"):
             if getattr(c, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(c, name)}")
+                raise ValueError(f"{_flag(name)} must be >= 1, got {getattr(c, name)}")
         for name in ("furl_dim", "ap_evals", "ap_steps"):
             if getattr(c, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(c, name)}")
+                raise ValueError(f"{_flag(name)} must be >= 0, got {getattr(c, name)}")
         if c.ap_lr_mult < 0:
-            raise ValueError(f"ap_lr_mult must be >= 0, got {c.ap_lr_mult}")
+            raise ValueError(f"--ap-lr-mult must be >= 0, got {c.ap_lr_mult}")
+        for name in ("seed", "partition_seed"):
+            if not 0 <= getattr(c, name) < 2**32:
+                raise ValueError(f"{_flag(name)} must be in [0, 2^32 - 1], got "
+                                 f"{getattr(c, name)}")
         c.pca_band, c.upload_noise = registry.upload_settings(c.algorithm, c.embed_dim,
                                                               c.pca_band, c.upload_noise)
         if c.pca_band is not None:
@@ -302,8 +306,13 @@ class TrainConfig:
             raise ValueError(f"unknown sampling {c.sampling!r}; choose from "
                              f"{participation.SAMPLINGS}")
         if c.clients_per_round is not None and c.clients_per_round < 1:
-            raise ValueError(f"clients_per_round must be >= 1, got {c.clients_per_round}")
+            raise ValueError(f"--clients-per-round must be >= 1, got {c.clients_per_round}")
         return c
+
+
+def _flag(field: str) -> str:
+    """The command-line flag of a config field: ``embed_dim`` -> ``--embed-dim``."""
+    return "--" + field.replace("_", "-")
 
 
 def load_scene(c: TrainConfig) -> scenes.Scene:

@@ -182,6 +182,11 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
                    else make_evaluate(algorithm.global_predict))
     personal_eval = make_personal_evaluate(algorithm.predict) if has_private else None
     mode = c.ap_mode or algorithm.default_mode
+    tokens = jax.ShapeDtypeStruct((1, scene.max_len), jnp.int32)
+    modes = sorted(jax.eval_shape(algorithm.predict, global_params(
+        setups[0], setups[0].state.params), tokens))
+    if mode not in modes:  # found before any round trains or any file is removed
+        raise ValueError(f"--ap-mode {mode!r}: {c.algorithm} has the modes {modes}")
     comm = None
     if central is None:
         comm = communication.account(algorithm, setups[0].state, host_train).summary()
@@ -420,9 +425,6 @@ def _personalize(c: TrainConfig, algorithm, state, client_states, train_data, te
     result = run(state, client_states, train_data, test_data,
                  jax.random.fold_in(root, streams.AP))
     mode = c.ap_mode or algorithm.default_mode
-    if mode not in result.curve:
-        raise ValueError(f"--ap-mode {mode!r}: {c.algorithm} has the modes "
-                         f"{sorted(result.curve)}")
     log(f"Ap phase: {c.ap_evals} x {c.ap_steps} fine-tuning steps at lr {lr:g} in "
         f"{time.perf_counter() - t0:.1f} s; Ap ({mode}) {result.ap(mode):.4f}; "
         + ", ".join(f"{k}: {result.ap(k):.4f}" for k in sorted(result.curve)))

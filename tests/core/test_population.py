@@ -60,16 +60,18 @@ def _standalone(build, model, values, key, train, rounds):
     return state, clients, metrics
 
 
+@pytest.mark.parametrize("member_axis", ["vmap", "map"])
 @pytest.mark.parametrize("family", ["fedavg", "fedper", "fedprox", "fedmmd", "fedadam",
                                     "kteps", "kteps_star", "dp_sgd"])
-def test_member_equals_its_standalone_run(scene, family):
+def test_member_equals_its_standalone_run(scene, family, member_axis):
     model, build, values = _builders(scene)[family]
     hparams = {k: np.asarray(v, np.float32) for k, v in values.items()}
     keys = jax.random.split(jax.random.key(7), 3)  # a seed per member
     train = client_data(scene.train, local_vocab=True)
     states, clients = pop.init_population(build, lambda k: init_params(model, k), hparams,
                                           keys, train.num_clients)
-    step = jax.jit(pop.build_population_round(build, batch_size=4, local_epochs=1))
+    step = jax.jit(pop.build_population_round(build, batch_size=4, local_epochs=1,
+                                              member_axis=member_axis))
     for _ in range(2):
         states, clients, metrics = step(states, clients, train, keys, hparams)
     chex.assert_tree_all_finite(states.params)
@@ -111,3 +113,9 @@ def test_concrete_values_are_still_checked(scene):
         fedavg(single, 0.1, momentum=1.0)
     with pytest.raises(ValueError, match="lambda_div must be >= 0"):
         kteps(two, lambda_div=-0.1)
+
+
+def test_an_unknown_member_axis_is_refused():
+    with pytest.raises(ValueError, match="member_axis 'pmap'"):
+        pop.build_population_round(lambda h: None, batch_size=4, local_epochs=1,
+                                   member_axis="pmap")

@@ -137,3 +137,22 @@ def test_no_intact_checkpoint_is_an_error_naming_the_folder(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert "no checkpoint in" in err[-1] and "restores intact" in err[-1]
     assert (out / "report.json").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--ap-mode", "zz"], "--ap-mode 'zz': fedavg has the modes ['full']"),
+    (["--embed-dim", "0"], "--embed-dim must be >= 1, got 0"),
+    (["--seed", "-1"], "--seed must be in [0, 2^32 - 1], got -1"),
+    (["--seed", str(2**70)], "--seed must be in [0, 2^32 - 1]"),
+])
+def test_bad_options_fail_before_training_and_before_an_overwrite_deletes(tmp_path, capsys,
+                                                                          flags, message):
+    out = tmp_path / "run"
+    assert cli.main(["train", *TINY, "--rounds", "1", "--out", str(out), "--no-ap"]) == 0
+    before = sorted(p.name for p in out.iterdir())
+    capsys.readouterr()
+    assert cli.main(["train", *TINY, "--rounds", "1", "--out", str(out), "--overwrite",
+                     *flags]) == 1
+    err = capsys.readouterr()
+    assert message in err.err and "round   1" not in err.out
+    assert sorted(p.name for p in out.iterdir()) == before
