@@ -115,3 +115,17 @@ def _flags(cfg):
     for k, v in cfg.items():
         out += [f"--{k.replace('_', '-')}", str(v)]
     return out
+
+
+def test_members_sample_their_own_clients_as_their_standalone_runs(tmp_path):
+    cfg = dict(TINY, synthetic_clients=4, clients_per_round=2, rounds=3, ap=False)
+    train_population(members.expand(TrainConfig(**cfg, out=str(tmp_path / "p")), [0, 1], {}),
+                     log=_quiet)
+    train(TrainConfig(**cfg, seed=1, out=str(tmp_path / "a")), log=_quiet)
+    pop, alone = _rounds(tmp_path / "p" / "seed-1" / "metrics.jsonl"), _rounds(
+        tmp_path / "a" / "metrics.jsonl")
+    assert [r["clients"] for r in pop] == [r["clients"] for r in alone]
+    assert [r["clients"] for r in pop] != [r["clients"] for r in
+                                           _rounds(tmp_path / "p" / "seed-0" / "metrics.jsonl")]
+    np.testing.assert_allclose([r["train_loss"] for r in pop],
+                               [r["train_loss"] for r in alone], rtol=1e-5)
