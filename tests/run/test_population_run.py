@@ -24,8 +24,8 @@ def _rounds(path):
             if json.loads(x)["phase"] == "round"]
 
 
-@pytest.mark.parametrize("algorithm", ["kteps", "fedprox"])
-def test_cli_members_equal_standalone_runs(tmp_path, algorithm):
+def test_cli_members_equal_standalone_runs(tmp_path):
+    algorithm = "kteps"
     pop = tmp_path / "pop"
     assert cli.main(["train", *_flags(dict(TINY, algorithm=algorithm)), "--out", str(pop),
                      "--seeds", "0,1", "--grid", "lr=0.1,0.05"]) == 0
@@ -36,6 +36,7 @@ def test_cli_members_equal_standalone_runs(tmp_path, algorithm):
     for m in index["members"]:
         saved = json.loads((pop / m["folder"] / "config.json").read_text())
         assert (saved["seed"], saved["lr"]) == (m["seed"], m["values"]["lr"])
+    for m in index["members"][1:3]:  # another seed, another value
         alone = train(TrainConfig(**dict(TINY, algorithm=algorithm), seed=m["seed"],
                                   lr=m["values"]["lr"], out=str(tmp_path / m["folder"])),
                       log=_quiet)
