@@ -33,12 +33,13 @@ from fedjax_sc.core.evaluate import (
 )
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.run import rundir
-from fedjax_sc.run.train import (
+from fedjax_sc.run.setup import (
     build_setup,
     global_params,
+    load_checked_scene,
     load_run,
-    load_scene,
     restore_checkpoint,
+    tested_files,
 )
 
 
@@ -62,7 +63,7 @@ def run_hits(out: str | Path, personal: bool = False, at_round: int | None = Non
         private leaves and ``personal`` is True.
     """
     c, ckpt, step = load_run(out, at_round)
-    scene = load_scene(c)
+    scene = load_checked_scene(c, out)
     setup = build_setup(c, scene, log=lambda _: None)
     algorithm = setup.algorithm
     state, client_states = restore_checkpoint(ckpt, step, setup.state, setup.client_states)
@@ -114,6 +115,12 @@ def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
     check_bootstrap(resamples, level)  # before the runs are loaded
     a = run_hits(run_a, personal, at_round)
     b = run_hits(run_b, personal, at_round)
+    files_a, files_b = tested_files(run_a), tested_files(run_b)
+    differ = sorted(k for k in set(files_a) & set(files_b) if files_a[k] != files_b[k])
+    if differ:
+        raise ValueError(f"{run_a} and {run_b} were tested on other texts: "
+                         f"{', '.join(differ)} differ; a paired comparison needs the same test "
+                         f"examples")
     if a["clients"] != b["clients"]:
         raise ValueError(f"{run_a} and {run_b} have other clients: {a['clients']} vs "
                          f"{b['clients']}")

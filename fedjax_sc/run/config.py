@@ -256,6 +256,8 @@ class TrainConfig:
         preset = SCENE_DEFAULTS[self.scene]
         c = dataclasses.replace(self, **{k: v for k, v in preset.items()
                                          if getattr(self, k) is None})
+        if c.data_dir is not None:  # one spelling of the folder in config.json
+            c.data_dir = str(Path(c.data_dir).expanduser().resolve())
         if c.embeddings in EMBEDDINGS:
             c.embed_dim = EMBED_DIM[c.embeddings] if c.embed_dim is None else c.embed_dim
             if c.embeddings == "glove-6b-50d" and c.embed_dim != 50:
@@ -361,10 +363,12 @@ def config_from_json(fields: dict[str, Any]) -> TrainConfig:
 def config_diff(saved: dict[str, Any], c: TrainConfig) -> dict[str, tuple[Any, Any]]:
     """``{field: (saved, now)}`` for the training settings in which a saved ``config.json``
     differs from ``c``. The rounds, the output folder and the Ap phase's settings may differ
-    (a run continues, or only its evaluation is redone); a field an older version did not
-    write is compared with its default (what that version did)."""
+    (a run continues, or only its evaluation is redone), and so may the spelling of the data
+    folder (the data themselves are compared by their fingerprint,
+    :func:`fedjax_sc.run.rundir.check_resume_data`); a field an older version did not write is
+    compared with its default (what that version did)."""
     ignore = {"rounds", "resume", "overwrite", "out", "ap", "ap_evals", "ap_steps",
-              "ap_lr_mult", "ap_mode"}
+              "ap_lr_mult", "ap_mode", "data_dir"}
     defaults = json.loads(json.dumps(dataclasses.asdict(TrainConfig())))
     now = json.loads(json.dumps(dataclasses.asdict(c)))
     return {k: (saved.get(k, defaults[k]), v) for k, v in now.items()

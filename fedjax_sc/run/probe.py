@@ -32,8 +32,7 @@ from fedjax_sc.core import round as rnd
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.vocab import PAD, UNK
 from fedjax_sc.run import rundir
-from fedjax_sc.run.config import load_scene
-from fedjax_sc.run.setup import build_setup, load_run, restore_checkpoint
+from fedjax_sc.run.setup import build_setup, load_checked_scene, load_run, restore_checkpoint
 
 DEFAULT_TOP_K = (10, 20, 50, 100)
 TABLE_PATH = tuple(EMBEDDING_TABLE.split("/"))
@@ -82,7 +81,7 @@ def probe(out: str | Path, client: str, word: str = "man",
         the shared params hold no word-embedding table (private embeddings are never sent).
     """
     c, ckpt, step = load_run(out)
-    scene = load_scene(c)
+    scene = load_checked_scene(c, out)
     names = list(scene.client_names)
     if client not in names:
         raise ValueError(f"unknown client {client!r}; the run's clients are {names}")

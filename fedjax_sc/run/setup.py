@@ -20,7 +20,7 @@ from fedjax_sc.core.sharding import to_host
 from fedjax_sc.data import scenes
 from fedjax_sc.models.text_classifier import init_params
 from fedjax_sc.run import rundir
-from fedjax_sc.run.config import TrainConfig, config_from_json
+from fedjax_sc.run.config import TrainConfig, config_from_json, corpus_files, load_scene
 from fedjax_sc.run.registry import build_algorithm
 
 
@@ -203,6 +203,33 @@ def load_run(out: str | Path, at_round: int | None = None
         raise FileNotFoundError(f"{out / 'checkpoints'} holds no checkpoint of round "
                                 f"{at_round}; saved rounds: {steps}")
     return c, ckpt, steps[-1] if at_round is None else at_round
+
+
+def load_checked_scene(c: TrainConfig, out: str | Path) -> scenes.Scene:
+    """The scene of the run in ``out`` (resolved config ``c``), loaded again from its data.
+
+    Raises:
+      ValueError: the corpus files or the vocabulary differ from what the run recorded in
+        ``fingerprint.json`` (the message names each change); a run without one is loaded
+        unchecked.
+    """
+    scene = load_scene(c)
+    saved = Path(out) / "fingerprint.json"
+    if saved.exists():
+        now = rundir.fingerprint(corpus_files(c), scene.vocab.to_json())
+        changes = rundir.fingerprint_changes(rundir.read_json(saved), now)
+        if changes:
+            raise ValueError(f"{out} was trained on other data than {c.data_dir} holds now: "
+                             + "; ".join(changes))
+    return scene
+
+
+def tested_files(out: str | Path) -> dict[str, Any]:
+    """The test-split corpus files a run recorded in its ``fingerprint.json`` (name -> size and
+    SHA-256; {} without one)."""
+    saved = Path(out) / "fingerprint.json"
+    files = rundir.read_json(saved).get("files", {}) if saved.exists() else {}
+    return {k: v for k, v in files.items() if ".test" in k}
 
 
 class CheckpointError(RuntimeError):

@@ -107,7 +107,7 @@ def test_grid_and_expand():
                                          "d/lr-0.1_lambda_kt-0_seed-1",
                                          "d/lr-0.1_lambda_kt-1_seed-0"]
     assert members.varied([c.resolved() for c in cfgs]) == ["lr", "lambda_kt"]
-    with pytest.raises(ValueError, match="ap_lr_mult"):
+    with pytest.raises(ValueError, match="--ap-lr-mult must be >= 0"):
         members.expand(TrainConfig(out="d"), None, {"ap_lr_mult": [-1.0]})
 
 

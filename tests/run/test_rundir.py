@@ -226,3 +226,31 @@ def test_part_of_a_run_without_config_is_neither_reused_nor_lost(tmp_path):
     train(tiny(data, out, ap=False, overwrite=True), log=_quiet)
     assert (out / "config.json").exists()
     assert [json.loads(r)["round"] for r in (out / "metrics.jsonl").read_text().splitlines()] == [1]
+
+
+def test_the_same_data_folder_spelt_another_way_resumes(tmp_path, monkeypatch):
+    data = write_fdu(tmp_path / "data")
+    out = tmp_path / "run"
+    monkeypatch.chdir(tmp_path)
+    train(tiny("data", out, ap=False), log=_quiet)  # relative
+    assert json.loads((out / "config.json").read_text())["data_dir"] == str(data.resolve())
+    train(tiny(str(data) + "/", out, rounds=2, resume=True, ap=False), log=_quiet)
+    old = json.loads((out / "config.json").read_text())  # a run that stored "data" as typed
+    old["data_dir"] = "data"
+    (out / "config.json").write_text(json.dumps(old))
+    train(tiny(data, out, rounds=3, resume=True, ap=False), log=_quiet)
+
+
+def test_compare_and_probe_refuse_data_that_changed_since_training(tmp_path):
+    from fedjax_sc.run.compare import compare
+    data, other = write_fdu(tmp_path / "data"), write_fdu(tmp_path / "other")
+    text = (other / "MR.task.test").read_text()
+    (other / "MR.task.test").write_text(text.replace("0\t", "1\t", 1))  # other test labels
+    train(tiny(data, tmp_path / "a", ap=False), log=_quiet)
+    train(tiny(other, tmp_path / "b", ap=False), log=_quiet)
+    with pytest.raises(ValueError, match=r"tested on other texts: MR\.task\.test differ"):
+        compare(tmp_path / "a", tmp_path / "b", log=_quiet)
+    (data / "MR.task.test").write_text(text.replace("0\t", "1\t", 1))  # changed after training
+    with pytest.raises(ValueError, match=r"was trained on other data than .*MR\.task\.test "
+                                         r"changed"):
+        compare(tmp_path / "a", tmp_path / "a", log=_quiet)
