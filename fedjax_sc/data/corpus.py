@@ -84,7 +84,8 @@ def _read_lines(path: str | Path) -> Iterator[tuple[int, str, bool]]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found")
-    raw = path.read_bytes().split(b"\n")
+    data = path.read_bytes()
+    raw = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")  # a UTF-8 byte-order mark
     if raw[-1] == b"":
         raw.pop()
     for lineno, line in enumerate(raw, start=1):

@@ -140,29 +140,45 @@ _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf)", re
 
 
 def _open_text(path: Path):
+    """A text file (``.gz`` too), UTF-8, a leading byte-order mark dropped."""
     opener = gzip.open if path.suffix == ".gz" else open
-    return opener(path, "rt", encoding="utf-8", errors="replace", newline="\n")
+    return opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="\n")
+
+
+def _fields(line: str) -> list[str]:
+    """A line's space-separated fields, trailing whitespace (word2vec's C tool ends each line
+    with a space) and the line end dropped."""
+    return line.rstrip(" \t\r\n").split(" ")
+
+
+def _header(fields: list[str]) -> int | None:
+    """d of a word2vec / fastText header line (``count d``), else None."""
+    if len(fields) == 2 and all(x.isdigit() for x in fields):
+        return int(fields[1])
+    return None
 
 
 def vector_dim(path: str | Path) -> int:
-    """d of a word-vector text file: the number of fields after the word on its first line.
+    """d of a word-vector text file: the ``d`` of a word2vec / fastText header line (``count
+    d``), else the number of fields after the word on the first line.
 
     Raises:
       FileNotFoundError: ``path`` does not exist.
-      ValueError: an empty file, or a first line that is a word2vec header (``count d``) or
-        holds no vector (``path:1``).
+      ValueError: an empty file, or a first line that holds no vector (``path:1``).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such word-vector file")
     with _open_text(path) as f:
-        first = f.readline().rstrip("\n").rstrip("\r")
-    fields = first.split(" ")
+        first = f.readline()
+    fields = _fields(first)
     if not first.strip():
         raise ValueError(f"{path}:1: empty; expected 'word v1 ... vd' per line")
-    if len(fields) == 2 and all(x.isdigit() for x in fields):
-        raise ValueError(f"{path}:1: a header line ({first!r}, word2vec's 'count d'); "
-                         f"remove it: every line must be 'word v1 ... vd'")
+    header = _header(fields)
+    if header is not None:
+        if header < 1:
+            raise ValueError(f"{path}:1: header {first.strip()!r} gives d = {header}")
+        return header
     if len(fields) < 2:
         raise ValueError(f"{path}:1: no vector after the word {fields[0]!r}")
     return len(fields) - 1
@@ -171,7 +187,9 @@ def vector_dim(path: str | Path) -> int:
 def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
                  oov_scale: float = 0.1) -> EmbeddingInit:
     """Initialisation of ``vocab`` from any GloVe/word2vec text file (``word v1 ... vd`` per
-    line, space-separated, UTF-8, optionally ``.gz``); d is read from the file.
+    line, space-separated, UTF-8, optionally ``.gz``); d is read from the file. The formats
+    the reference tools write are read as they are: word2vec's and fastText's ``count d``
+    header line is skipped, trailing whitespace is ignored, a UTF-8 byte-order mark dropped.
 
     As :func:`glove_6b_50d`: a word found (exact lookup, its first occurrence) gets its
     vector, the others and ``<unk>`` N(0, oov_scale^2) draws from
@@ -189,8 +207,8 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
 
     Raises:
       FileNotFoundError: ``path`` does not exist.
-      ValueError: with ``path:lineno``: a header line, a row with another number of values
-        than the first (ragged), a value that is not a number, or a blank line.
+      ValueError: with ``path:lineno``: a row with another number of values than d
+        (ragged), a value that is not a number or not finite, or a blank line.
     """
     path = Path(path)
     dim = vector_dim(path)
@@ -199,14 +217,15 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
     rows = {w: i for i, w in enumerate(vocab.words) if i not in (PAD, UNK)}
     with _open_text(path) as f:
         for lineno, line in enumerate(f, start=1):
-            line = line.rstrip("\n").rstrip("\r")
-            word, _, rest = line.partition(" ")
+            fields = _fields(line)
+            if lineno == 1 and _header(fields) is not None:
+                continue  # word2vec / fastText "count d"
             if not line.strip():
                 raise ValueError(f"{path}:{lineno}: blank line")
-            values = rest.split(" ")
+            word, values = fields[0], fields[1:]
             if len(values) != dim:
                 raise ValueError(f"{path}:{lineno}: {len(values)} values after {word!r}, "
-                                 f"expected {dim} as on line 1 (a ragged row)")
+                                 f"expected {dim} (a ragged row)")
             row = rows.get(word)
             if row is None or row in found:
                 continue
@@ -214,7 +233,11 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
             if bad is not None:
                 raise ValueError(f"{path}:{lineno}: {bad!r} (vector of {word!r}) is not a "
                                  f"number")
-            matrix[row] = np.asarray(values, dtype=np.float32)
+            vector = np.asarray(values, dtype=np.float64)
+            if not (np.abs(vector) <= np.finfo(np.float32).max).all():  # nan fails too
+                raise ValueError(f"{path}:{lineno}: the vector of {word!r} holds a non-finite "
+                                 f"value (nan or inf, or too large for float32)")
+            matrix[row] = vector.astype(np.float32)
             found.add(row)
     num_words = len(vocab) - 2
     mask = np.zeros(len(vocab), bool)

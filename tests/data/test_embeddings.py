@@ -90,7 +90,10 @@ def test_word_vectors_reads_d_from_the_file_and_fills_the_vocabulary(tmp_path):
 
 
 @pytest.mark.parametrize("text,match", [
-    ("400000 3\nthe 1 2 3\n", r"v.txt:1: a header line"),
+    ("400000 3\nthe 1 2\n", r"v.txt:2: 2 values after 'the', expected 3"),
+    ("the 1 2 3\ngood 1 nan 3\n", r"v.txt:2: the vector of 'good' holds a non-finite"),
+    ("the 1 2 3\ngood 1 -inf 3\n", r"v.txt:2: the vector of 'good' holds a non-finite"),
+    ("the 1 2 3\ngood 1 1e39 3\n", r"v.txt:2: the vector of 'good' holds a non-finite"),
     ("the 1 2 3\ngood 1 2\n", r"v.txt:2: 2 values after 'good', expected 3"),
     ("the 1 2 3\ngood 1 x 3\n", r"v.txt:2: 'x' \(vector of 'good'\) is not a number"),
     ("the 1 2 3\n\ngood 1 2 3\n", r"v.txt:2: blank line"),
@@ -133,3 +136,27 @@ def test_a_written_subset_reads_back_to_the_same_rows(tmp_path):
     assert n == 2 and (tmp_path / "subset.txt").read_text().count("\n") == 2
     np.testing.assert_array_equal(first.matrix, again.matrix)
     np.testing.assert_array_equal(first.found, again.found)
+
+
+@pytest.mark.parametrize("text", [
+    "2 3\ngood 1 2 3\nthe 4 5 6\n",            # word2vec text / fastText .vec: a header
+    "good 1 2 3 \nthe 4 5 6 \n",                # word2vec's C tool: a trailing space
+    "\ufeffgood 1 2 3\r\nthe 4 5 6\r\n",          # a byte-order mark, CRLF line ends
+    "2 3 \ngood 1 2 3 \nthe 4 5 6 \n",           # both
+])
+def test_the_formats_the_reference_tools_write_are_read(tmp_path, text):
+    path = tmp_path / "v.vec"
+    path.write_bytes(text.encode("utf-8"))
+    vocab = _vocab("good", "the")
+    init = embeddings.word_vectors(path, vocab)
+    assert embeddings.vector_dim(path) == 3 and init.num_found == 2
+    np.testing.assert_allclose(init.matrix[vocab.index["good"]], [1, 2, 3])
+    np.testing.assert_allclose(init.matrix[vocab.index["the"]], [4, 5, 6])
+
+
+def test_a_corpus_file_with_a_byte_order_mark_is_read(tmp_path):
+    from fedjax_sc.data.corpus import read_fdu_file
+    path = tmp_path / "MR.task.train"
+    path.write_bytes("\ufeff1\tgood film\n0\tbad plot\n".encode("utf-8"))
+    corpus = read_fdu_file(path)
+    assert corpus.labels.tolist() == [1, 0] and corpus.num_latin1_lines == 0
