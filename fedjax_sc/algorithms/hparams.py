@@ -12,9 +12,11 @@ and multiplied by the value, which gives the same parameters when it is 0).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import jax
+import numpy as np
 
 Value = float | jax.Array
 """A hyperparameter: a Python number, or a scalar array (traced in a population)."""
@@ -39,8 +41,15 @@ def is_zero(value: object) -> bool:
 
 def check(name: str, value: object, ok: Callable[[float], bool], what: str) -> None:
     """Raises ``ValueError("<name> must be <what>, got <value>")`` when ``value`` is concrete
-    and ``ok`` rejects it; a traced value or None is not checked (the caller checks the
+    and ``ok`` rejects it (or it is not a finite scalar number: a string, a bool, nan, inf); a traced value or None is not checked (the caller checks the
     numbers it feeds a population)."""
-    number = concrete(value)
-    if number is not None and not ok(number):
+    if value is None or is_traced(value):
+        return
+    if isinstance(value, (str, bytes, bool)) or not isinstance(
+            value, (int, float, np.number, np.ndarray, jax.Array)) or np.ndim(value):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    if not ok(number):
         raise ValueError(f"{name} must be {what}, got {value}")

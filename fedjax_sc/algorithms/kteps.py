@@ -94,6 +94,9 @@ def kteps(model: PrivateSharedClassifier, learning_rate: float = LEARNING_RATE,
       ValueError: a negative weight, a non-positive temperature or bandwidth, or an invalid
         learning rate / momentum.
     """
+    if not isinstance(model, PrivateSharedClassifier):
+        raise TypeError(f"{name} needs a two-branch model with private and shared heads "
+                        f"(PrivateSharedClassifier), got {type(model).__name__}")
     hparams.check("lambda_kt", lambda_kt, lambda v: v >= 0, ">= 0")
     hparams.check("lambda_div", lambda_div, lambda v: v >= 0, ">= 0")
     hparams.check("temperature", temperature, lambda v: v > 0, "> 0")

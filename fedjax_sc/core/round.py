@@ -41,6 +41,7 @@ decay); pass ``vocab_ids=None`` to train the dense ``[V, d]`` table instead.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -217,6 +218,9 @@ def row_masks(clients: ClientData) -> jax.Array | None:
 def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
                       table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS) -> RoundParts:
     """The stages of :func:`build_round` (same arguments and errors)."""
+    if not isinstance(algorithm, Algorithm):
+        raise TypeError(f"the round needs an Algorithm (e.g. fedjax_sc.fedavg(model)), got "
+                        f"{algorithm!r}")
     if batch_size < 1 or local_epochs < 1:
         raise ValueError(f"batch_size and local_epochs must be >= 1, got {batch_size}, "
                          f"{local_epochs}")
@@ -343,6 +347,7 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
 
     def round_step(state: ServerState, client_states: ClientStates, clients: ClientData,
                    rng: jax.Array):
+        check_clients(client_states, clients)
         shared, client_states, metrics = parts.local_training(state, client_states, clients,
                                                               rng)
         messages, diagnostics = parts.encode(state, shared, clients, rng)
@@ -354,6 +359,25 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
         return new_state, client_states, metrics
 
     return round_step
+
+
+def check_clients(client_states: ClientStates, clients: ClientData) -> None:
+    """Raises, while the round is traced, for client data the round cannot train on.
+
+    Raises:
+      TypeError: token ids that are not integers.
+      ValueError: no client, or client states for another number of clients than the data
+        (names both counts).
+    """
+    if not jnp.issubdtype(clients.tokens.dtype, jnp.integer):
+        raise TypeError(f"token ids must be integers, got {clients.tokens.dtype}")
+    k = clients.tokens.shape[0]
+    if k < 1:
+        raise ValueError("the round needs at least one client, got client data for 0")
+    private = jax.tree.leaves(client_states.private)
+    if private and private[0].shape[0] != k:
+        raise ValueError(f"client states for {private[0].shape[0]} clients but client data "
+                         f"for {k}")
 
 
 def gather_rows(params: Params, ids: jax.Array, paths) -> Params:
@@ -397,8 +421,11 @@ def init_states(algorithm: Algorithm, params: Params,
     initial values.
 
     Raises:
-      ValueError: the algorithm's ``leaf_rules`` do not cover the params exactly once.
+      ValueError: ``num_clients`` < 1, or the algorithm's ``leaf_rules`` do not cover the
+        params exactly once.
     """
+    if not isinstance(num_clients, numbers.Integral) or num_clients < 1:
+        raise ValueError(f"num_clients must be an int >= 1, got {num_clients!r}")
     shared, private = split_private(algorithm, params)
     stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_clients,) + x.shape), private)
     opt_state = (() if algorithm.server_optimizer is None

@@ -62,9 +62,20 @@ def host_client_data(arrays: Any, local_vocab: bool = False) -> ClientData:
       The :class:`ClientData` (numpy leaves; ``weights`` None).
 
     Raises:
-      ValueError: a token id missing from its client's local vocabulary (internal check).
+      TypeError: ``arrays`` lacks a field, or its token ids are not integers.
+      ValueError: no client, tokens not ``[K, n, L]``, or a token id missing from its
+        client's local vocabulary (internal check).
     """
+    missing = [f for f in ("tokens", "labels", "mask", "counts") if not hasattr(arrays, f)]
+    if missing:
+        raise TypeError(f"client data need tokens, labels, mask and counts (a scene's "
+                        f"ClientArrays, e.g. scene.train); {type(arrays).__name__} lacks "
+                        f"{', '.join(missing)}")
     tokens = np.asarray(arrays.tokens)
+    if tokens.ndim != 3 or tokens.shape[0] < 1:
+        raise ValueError(f"tokens must be [K >= 1 clients, n, L], got shape {tokens.shape}")
+    if not np.issubdtype(tokens.dtype, np.integer):
+        raise TypeError(f"token ids must be integers, got {tokens.dtype}")
     vocab_ids = vocab_mask = None
     if local_vocab:
         ids, vmask = local_vocabularies(arrays)
