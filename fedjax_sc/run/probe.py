@@ -18,6 +18,7 @@ so the bands differ only in what is sent.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,8 @@ def probe(out: str | Path, client: str, word: str = "man",
     Returns:
       ``{"client", "word", "round", "sigma", "bands": [{"d1", "d2", "I_ser": {K: n},
       "I_ag": {K: n}, "top": {"Client"|"Server"|"Agg": [words]}}]}``; also written to
-      ``out/probe-<client>-<word>.json``.
+      ``out/probe-<client>-<word>.json`` (characters other than letters, digits, ``.``,
+      ``_`` and ``-`` written as ``_``: a word never names a path outside ``out``).
 
     Raises:
       ValueError: unknown client, word not in the client's vocabulary, no band to probe, or
@@ -142,7 +144,7 @@ def probe(out: str | Path, client: str, word: str = "man",
                  "top": {name: words(r[:show]) for name, r in ranked.items()}}
         result["bands"].append(entry)
         log(format_band(entry, ks))
-    path = Path(out) / f"probe-{client}-{word}.json"
+    path = Path(out) / f"probe-{_safe(client)}-{_safe(word)}.json"
     rundir.write_text(path, json.dumps(result, indent=2))
     log(f"written to {path}")
     return result
@@ -159,3 +161,11 @@ def format_band(entry: dict[str, Any], ks: Sequence[int]) -> str:
               "| I_ser | " + " | ".join(str(entry["I_ser"][k]) for k in ks) + " |",
               "| I_ag | " + " | ".join(str(entry["I_ag"][k]) for k in ks) + " |"]
     return "\n".join(lines)
+
+
+def _safe(text: str) -> str:
+    """``text`` as one file-name component: every character but letters, digits, ``.``,
+    ``_`` and ``-`` becomes ``_`` (a corpus word like ``../x`` or ``a/b`` stays in the run
+    folder); a name of dots only becomes ``_``."""
+    name = re.sub(r"[^\w.-]", "_", text, flags=re.ASCII)
+    return "_" if set(name) <= {"."} else name

@@ -156,3 +156,10 @@ def test_bad_options_fail_before_training_and_before_an_overwrite_deletes(tmp_pa
     err = capsys.readouterr()
     assert message in err.err and "round   1" not in err.out
     assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_a_probed_word_never_names_a_path_outside_the_run_folder():
+    from fedjax_sc.run.probe import _safe
+    assert _safe("../../etc/passwd") == ".._.._etc_passwd"
+    assert _safe("a/b\\c d") == "a_b_c_d" and _safe("..") == "_" and _safe("café") == "caf_"
+    assert _safe("good-film_2.0") == "good-film_2.0"
