@@ -30,8 +30,13 @@ def _parser() -> argparse.ArgumentParser:
     t = sub.add_parser(
         "train", help="federated training with Ag per round, checkpoints and a final report",
         description="Federated training. Options left out take the scene's paper preset: "
-        + presets, formatter_class=_HelpFormatter)
+        + presets, formatter_class=_HelpFormatter, allow_abbrev=False)
     _train_arguments(t)
+    t.add_argument("--config", metavar="RUN/config.json",
+                   help="rerun a saved run: its configuration, with the flags given here "
+                   "overriding it (e.g. --rounds 2 --out runs/rerun); on the same machine it "
+                   "reproduces the saved figures exactly")
+    p.train_parser = t
     q = sub.add_parser(
         "reproduce", help="run every method of a paper table (resumable results store) and "
         "print ours (mean +- std over seeds) beside the paper's figures",
@@ -284,6 +289,31 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    "inputs are checked; a folder holding other files is refused")
 
 
+def _given(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The destinations of the options written in ``argv`` (abbreviations are off)."""
+    return {a.dest for a in parser._actions for o in a.option_strings for arg in argv
+            if arg == o or arg.startswith(o + "=")}
+
+
+def _from_config(path: str, args: dict, given: set[str]) -> dict:
+    """``args`` with every option not ``given`` on the command line taken from the saved
+    configuration ``path`` (a run's config.json), except ``--out``, ``--resume`` and
+    ``--overwrite``, which belong to the new run.
+
+    Raises:
+      FileNotFoundError: ``path`` does not exist; ValueError: not valid JSON (names it).
+    """
+    from fedjax_sc.run import rundir
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--config {path}: no such file")
+    saved = rundir.read_json(Path(path))
+    if not isinstance(saved, dict):
+        raise ValueError(f"--config {path}: not a run's config.json")
+    keep = given | {"out", "resume", "overwrite", "seeds", "grid"}
+    merged = {k: (v if k in keep or k not in saved else saved[k]) for k, v in args.items()}
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in merged.items()}
+
+
 def _train(args: dict) -> None:
     """One run, or with --seeds / --grid a population of runs under --out."""
     from fedjax_sc.run import members
@@ -335,7 +365,8 @@ def _reproduce(args: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = vars(_parser().parse_args(argv))
+    parser = _parser()
+    args = vars(parser.parse_args(argv))
     command = args.pop("command")
     if args.get("domains"):
         args["domains"] = tuple(args["domains"])
@@ -344,6 +375,11 @@ def main(argv: list[str] | None = None) -> int:
     from fedjax_sc.run.train import NonFiniteUpdateError
     try:
         if command == "train":
+            config_path = args.pop("config")
+            if config_path:
+                args = _from_config(config_path, args, _given(parser.train_parser,
+                                                              sys.argv[1:] if argv is None
+                                                              else argv))
             _train(args)
         elif command == "reproduce":
             _reproduce(args)

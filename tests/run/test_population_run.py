@@ -130,3 +130,21 @@ def test_members_sample_their_own_clients_as_their_standalone_runs(tmp_path):
                                            _rounds(tmp_path / "p" / "seed-0" / "metrics.jsonl")]
     np.testing.assert_allclose([r["train_loss"] for r in pop],
                                [r["train_loss"] for r in alone], rtol=1e-5)
+
+
+def test_a_saved_run_reruns_from_its_config_exactly_and_flags_override(tmp_path, capsys):
+    first = tmp_path / "first"
+    assert cli.main(["train", *_flags(dict(TINY, algorithm="fedper", lr=0.2, seed=3)),
+                     "--out", str(first)]) == 0
+    config = str(first / "config.json")
+    assert cli.main(["train", "--config", config, "--out", str(tmp_path / "again")]) == 0
+    a, b = (json.loads((tmp_path / d / "report.json").read_text()) for d in ("first", "again"))
+    assert (a["Ap"], a["clients"]) == (b["Ap"], b["clients"])
+    assert _rounds(first / "metrics.jsonl")[-1]["train_loss"] == _rounds(
+        tmp_path / "again" / "metrics.jsonl")[-1]["train_loss"]
+    assert cli.main(["train", "--config", config, "--rounds", "1", "--no-ap",
+                     "--out", str(tmp_path / "short")]) == 0
+    saved = json.loads((tmp_path / "short" / "config.json").read_text())
+    assert (saved["rounds"], saved["ap"], saved["lr"], saved["seed"]) == (1, False, 0.2, 3)
+    assert cli.main(["train", "--config", str(tmp_path / "none.json")]) == 1
+    assert "--config" in capsys.readouterr().err
