@@ -85,3 +85,27 @@ def dp_report(c: Any, scene: scenes.Scene) -> dict[str, Any]:
                 f"approximation)")
     return {"noise_multiplier": c.dp_noise, "l2_norm_clip": c.dp_clip, "delta": c.dp_delta,
             "sampling_rate": rates, "steps": steps, "epsilon": eps, "note": note}
+
+
+def environment() -> dict[str, str]:
+    """The software and hardware a run ran on (recorded in ``report.json``): a rerun from the
+    saved configuration gives the same figures bit for bit where these match; another JAX /
+    XLA version or CPU may round differently (float32 training on FDU-MTL turns a 1e-7
+    difference into about a point of early-round accuracy)."""
+    import importlib.metadata as md
+    import platform
+
+    import jax
+
+    def version(package: str) -> str:
+        try:
+            return md.version(package)
+        except md.PackageNotFoundError:
+            return "not installed"
+
+    return {"python": platform.python_version(), "platform": platform.platform(),
+            "machine": platform.machine(), "processor": platform.processor(),
+            "device": f"{jax.devices()[0].platform}: {jax.devices()[0].device_kind} x "
+                      f"{jax.device_count()}",
+            **{p: version(p) for p in ("fedjax_sc", "jax", "jaxlib", "flax", "optax",
+                                       "numpy", "orbax-checkpoint")}}

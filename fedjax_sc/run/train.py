@@ -56,7 +56,7 @@ from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configu
     load_scene,
 )
 from fedjax_sc.run.registry import ALGORITHMS, build_algorithm  # noqa: F401
-from fedjax_sc.run.report import dp_report, format_table, make_report
+from fedjax_sc.run.report import dp_report, environment, format_table, make_report
 from fedjax_sc.run.setup import (  # noqa: F401 (re-exported: a run's states)
     CheckpointError,
     Setup,
@@ -390,6 +390,7 @@ def _finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, t
     report["communication"] = comm
     report["training"] = "federated" if central is None else central.name
     report["timing"] = {"round_seconds": durations, "ap_seconds": ap_seconds}
+    report["environment"] = environment()
     if c.dp_clip is not None:
         report["dp"] = dp_report(c, scene)
         log(f"DP-SGD: {report['dp']['note']}")

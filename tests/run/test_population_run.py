@@ -140,6 +140,8 @@ def test_a_saved_run_reruns_from_its_config_exactly_and_flags_override(tmp_path,
     assert cli.main(["train", "--config", config, "--out", str(tmp_path / "again")]) == 0
     a, b = (json.loads((tmp_path / d / "report.json").read_text()) for d in ("first", "again"))
     assert (a["Ap"], a["clients"]) == (b["Ap"], b["clients"])
+    import jax
+    assert a["environment"]["jax"] == jax.__version__  # what an exact rerun needs to match
     assert _rounds(first / "metrics.jsonl")[-1]["train_loss"] == _rounds(
         tmp_path / "again" / "metrics.jsonl")[-1]["train_loss"]
     assert cli.main(["train", "--config", config, "--rounds", "1", "--no-ap",
