@@ -72,7 +72,12 @@ def _parser() -> argparse.ArgumentParser:
         "results/, or regenerate a table and its figure from results/ alone",
         formatter_class=_HelpFormatter)
     x.add_argument("action", choices=("export", "render"))
-    x.add_argument("--table", required=True, choices=TABLES)
+    x.add_argument("runs", nargs="*", metavar="RUN",
+                   help="export --csv: run folders whose metrics go into one tidy CSV")
+    x.add_argument("--csv", metavar="FILE", help="export: write the runs' per-round, "
+                   "per-client metrics as one tidy CSV (run, phase, round, t, client, metric, "
+                   "value; for pandas)")
+    x.add_argument("--table", choices=TABLES, help="the table (required but with --csv)")
     x.add_argument("--scene", default="fdu")
     x.add_argument("--dest", default="results", help="the results folder")
     x.add_argument("--store", help="export: the results store of fedjax-sc reproduce --out")
@@ -385,6 +390,14 @@ def main(argv: list[str] | None = None) -> int:
             _reproduce(args)
         elif command == "results":
             from fedjax_sc.run import results
+            if args["csv"]:
+                if args["action"] != "export" or not args["runs"]:
+                    raise ValueError("--csv: write results export RUN [RUN ...] --csv FILE")
+                rows = results.metrics_csv(args["runs"], args["csv"])
+                print(f"{rows} rows from {len(args['runs'])} run(s) -> {args['csv']}")
+                return 0
+            if not args["table"]:
+                raise ValueError("results: --table is required (or export RUN --csv FILE)")
             if args["action"] == "export":
                 if not args["store"] or not args["methods"]:
                     raise ValueError("results export needs --store and --methods")

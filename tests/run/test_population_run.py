@@ -150,3 +150,24 @@ def test_a_saved_run_reruns_from_its_config_exactly_and_flags_override(tmp_path,
     assert (saved["rounds"], saved["ap"], saved["lr"], saved["seed"]) == (1, False, 0.2, 3)
     assert cli.main(["train", "--config", str(tmp_path / "none.json")]) == 1
     assert "--config" in capsys.readouterr().err
+
+
+def test_results_export_csv_is_tidy_and_holds_every_figure(tmp_path, capsys):
+    import csv
+    run = tmp_path / "run"
+    assert cli.main(["train", *_flags(dict(TINY, algorithm="kteps")), "--out", str(run)]) == 0
+    target = tmp_path / "m.csv"
+    assert cli.main(["results", "export", str(run), "--csv", str(target)]) == 0
+    rows = list(csv.DictReader(target.open()))
+    assert list(rows[0]) == ["run", "phase", "round", "t", "client", "metric", "value"]
+    last = _rounds(run / "metrics.jsonl")[-1]
+    ag = [r for r in rows if (r["round"], r["client"], r["metric"]) == ("2", "all", "Ag")]
+    assert float(ag[0]["value"]) == last["Ag"]
+    clients = json.loads((run / "report.json").read_text())["clients"]
+    per_client = {r["client"]: float(r["value"]) for r in rows
+                  if (r["phase"], r["round"], r["metric"]) == ("round", "2", "Ag")
+                  and r["client"] != "all"}
+    assert per_client == dict(zip([c["client"] for c in clients], last["Ag_per_client"]))
+    assert {r["metric"] for r in rows} >= {"train_loss", "kt", "div", "Ap_t", "Ap_t_sp"}
+    assert cli.main(["results", "export", "--csv", str(target)]) == 1
+    assert "results export RUN" in capsys.readouterr().err
