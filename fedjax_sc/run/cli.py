@@ -287,6 +287,9 @@ def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="train every value as members of one population (repeat for a "
                    "product grid), e.g. lr=0.01,0.05 or lambda_kt=0,0.01; names: "
                    + ", ".join(GRID_NAMES))
+    t.add_argument("--tensorboard", action="store_true",
+                   help="also write the metrics as TensorBoard event files in "
+                   "<out>/tensorboard (needs fedjax_sc[tensorboard])")
     t.add_argument("--resume", action="store_true", help="continue from the last checkpoint "
                    "(refused if the data or the vocabulary changed)")
     t.add_argument("--overwrite", action="store_true",

@@ -147,6 +147,8 @@ class TrainConfig:
         the file.
       local_vocab: train only each client's local-vocabulary rows (exact; paper Remark 3).
       synthetic_clients / synthetic_train / synthetic_test: synthetic scene sizes.
+      tensorboard: also write the metrics as TensorBoard event files in
+        ``out/tensorboard/`` (:mod:`fedjax_sc.run.tracking`; needs tensorboardX).
       out: output directory.
       resume: continue from the last checkpoint in ``out``.
       overwrite: replace an earlier run in ``out``: its files are deleted once the new run's
@@ -216,6 +218,7 @@ class TrainConfig:
     synthetic_clients: int = _synthetic("num_clients")
     synthetic_train: int = _synthetic("train_per_client")
     synthetic_test: int = _synthetic("test_per_client")
+    tensorboard: bool = False
     out: str = "runs/latest"
     resume: bool = False
     overwrite: bool = False
@@ -368,7 +371,7 @@ def config_diff(saved: dict[str, Any], c: TrainConfig) -> dict[str, tuple[Any, A
     :func:`fedjax_sc.run.rundir.check_resume_data`); a field an older version did not write is
     compared with its default (what that version did)."""
     ignore = {"rounds", "resume", "overwrite", "out", "ap", "ap_evals", "ap_steps",
-              "ap_lr_mult", "ap_mode", "data_dir"}
+              "ap_lr_mult", "ap_mode", "data_dir", "tensorboard"}
     defaults = json.loads(json.dumps(dataclasses.asdict(TrainConfig())))
     now = json.loads(json.dumps(dataclasses.asdict(c)))
     return {k: (saved.get(k, defaults[k]), v) for k, v in now.items()

@@ -27,7 +27,7 @@ from fedjax_sc.run.config import TrainConfig, config_diff
 LOCK = ".fedjax-sc.lock"
 """The lock file of a run folder (:func:`locked`), held while a process trains in it."""
 RUN_FILES = ("config.json", "vocab.json", "fingerprint.json", "metrics.jsonl", "report.json",
-             "report.md", "corrupt-checkpoints", "checkpoints")
+             "report.md", "tensorboard", "corrupt-checkpoints", "checkpoints")
 """The entries ``fedjax-sc train`` writes into its ``--out`` folder."""
 PROBE_GLOB = "probe-*.json"
 """The files ``fedjax-sc probe`` adds to a run folder."""

@@ -68,6 +68,7 @@ from fedjax_sc.run.setup import (  # noqa: F401 (re-exported: a run's states)
     restore_checkpoint,
     save_checkpoint,
 )
+from fedjax_sc.run.tracking import Tracker
 
 
 class NonFiniteUpdateError(RuntimeError):
@@ -244,6 +245,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
         rundir.write_text(Path(m.out) / "vocab.json", vocab_json)
         rundir.write_text(Path(m.out) / "fingerprint.json", json.dumps(data_print, indent=2))
     status = ["running"] * size
+    trackers = [Tracker(Path(m.out), m.tensorboard) for m in cs]
     if index is not None:
         members.write_index(index, cs, status, grid)
 
@@ -333,6 +335,8 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
                 row["personal_per_client"] = accuracy_list(personal[mode])
             with metrics_paths[i].open("a") as f:
                 f.write(json.dumps(row) + "\n")
+            trackers[i].round(row, list(names) if not feed.partial else
+                              [names[k] for k in idx])
             save_checkpoint(ckpts[i], r, population.member(state, i),
                             ClientStates(feeds[i].private))
             eta = (c.rounds - r) * float(np.mean(durations))
@@ -356,15 +360,17 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
             continue
         reports.append(_finish(m, scene, setups[i], population.member(state, i),
                                ClientStates(feeds[i].private), results[i], train_data,
-                               test_data, comm, durations, say[i]))
+                               test_data, comm, durations, say[i], trackers[i]))
         status[i] = "finished"
+    for tracker in trackers:
+        tracker.close()
     if index is not None:
         members.write_index(index, cs, status, grid)
     return reports
 
 
 def _finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, train_data,
-            test_data, comm, durations, log) -> dict[str, Any]:
+            test_data, comm, durations, log, tracker: Tracker) -> dict[str, Any]:
     """A member's Ap phase and report (report.json, report.md), after its last round."""
     algorithm = setup.algorithm
     mode = c.ap_mode or algorithm.default_mode
@@ -382,6 +388,8 @@ def _finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, t
                     "phase": "ap", "round": c.rounds, "t": t, "steps": t * c.ap_steps,
                     "Ap_t": {k: mean_accuracy(v[:, t]) for k, v in ap.curve.items()},
                     "Ap_t_per_client": accuracy_list(ap.curve[mode][:, t])}) + "\n")
+        tracker.ap({k: [mean_accuracy(v[:, t]) for t in range(v.shape[1])]
+                    for k, v in ap.curve.items()})
     if personal is None:  # no private leaves: the personalised model is the global one
         personal = {"full": ag}
 

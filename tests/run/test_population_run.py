@@ -171,3 +171,22 @@ def test_results_export_csv_is_tidy_and_holds_every_figure(tmp_path, capsys):
     assert {r["metric"] for r in rows} >= {"train_loss", "kt", "div", "Ap_t", "Ap_t_sp"}
     assert cli.main(["results", "export", "--csv", str(target)]) == 1
     assert "results export RUN" in capsys.readouterr().err
+
+
+def test_tensorboard_event_files_hold_the_metrics(tmp_path):
+    pytest.importorskip("tensorboardX", reason="the tensorboard extra is not installed")
+    event_accumulator = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator",
+        reason="the tensorboard reader is not installed")
+    run = tmp_path / "run"
+    assert cli.main(["train", *_flags(dict(TINY, algorithm="kteps")), "--out", str(run),
+                     "--tensorboard"]) == 0
+    events = event_accumulator.EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    rows = _rounds(run / "metrics.jsonl")
+    ag = {e.step: e.value for e in events.Scalars("Ag")}
+    assert ag == pytest.approx({r["round"]: r["Ag"] for r in rows})
+    assert {"train_loss", "aux/kt", "aux/div", "personal/sp", "Ag_per_client/d0",
+            "train_loss_per_client/d1", "Ap_t/sp", "upload_sent_MB_mean"} <= tags
+    assert len(events.Scalars("Ap_t/sp")) == TINY["ap_evals"] + 1
