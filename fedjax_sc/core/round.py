@@ -61,6 +61,13 @@ from fedjax_sc.algorithms.base import (
     UploadContext,
     bind,
 )
+from fedjax_sc.core.leaves import (  # noqa: F401 (re-exported)
+    gather_rows,
+    get_leaf,
+    has_leaf,
+    replace_leaf,
+    scatter_rows,
+)
 from fedjax_sc.core.local import epoch_schedule, local_steps
 from fedjax_sc.data.client_data import ClientData
 from fedjax_sc.data.vocab import PAD
@@ -116,23 +123,6 @@ class RoundMetrics(NamedTuple):
     steps: jax.Array
     finite: jax.Array
     aux: dict[str, jax.Array] = {}
-
-
-def replace_leaf(params: Params, path: tuple[str, ...], value: jax.Array) -> Params:
-    """Returns ``params`` with the leaf at ``path`` replaced (nested dicts, no mutation)."""
-    flat = traverse_util.flatten_dict(params)
-    if path not in flat:
-        raise KeyError(f"no leaf {'/'.join(path)} in params; leaves: "
-                       f"{['/'.join(p) for p in flat]}")
-    flat[path] = value
-    return traverse_util.unflatten_dict(flat)
-
-
-def get_leaf(params: Params, path: tuple[str, ...]) -> jax.Array:
-    """The leaf at ``path`` of a nested-dict params pytree."""
-    for name in path:
-        params = params[name]
-    return params
 
 
 def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: int):
@@ -380,26 +370,6 @@ def check_clients(client_states: ClientStates, clients: ClientData) -> None:
                          f"for {k}")
 
 
-def gather_rows(params: Params, ids: jax.Array, paths) -> Params:
-    """Replaces each ``[V, d]`` table at ``paths`` by its rows ``ids`` (int32 ``[R]``): the
-    client's local-vocabulary view (paper Remark 3)."""
-    for p in paths:
-        params = replace_leaf(params, p, get_leaf(params, p)[ids])
-    return params
-
-
-def scatter_rows(params: Params, reference: Params, ids: jax.Array, vmask: jax.Array,
-                 paths) -> Params:
-    """Inverse of :func:`gather_rows`: writes the ``[R, d]`` rows at ``paths`` of ``params``
-    into the full tables of ``reference`` (padding entries, ``vmask`` False, are dropped)."""
-    for p in paths:
-        table = get_leaf(reference, p)
-        safe_ids = jnp.where(vmask, ids, table.shape[0])  # out of range: dropped
-        params = replace_leaf(params, p, table.at[safe_ids].set(get_leaf(params, p),
-                                                                mode="drop"))
-    return params
-
-
 def make_round_step(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
                     table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS,
                     donate: bool = False):
@@ -445,8 +415,3 @@ def split_private(algorithm: Algorithm, params: Params) -> tuple[Params, Params]
     labels = masking.label_leaves(params, algorithm.leaf_rules)
     return (masking.select(params, labels, masking.SHARED),
             masking.select(params, labels, masking.PRIVATE))
-
-
-def has_leaf(params: Params, path: tuple[str, ...]) -> bool:
-    """Whether the nested-dict ``params`` holds a leaf at ``path``."""
-    return path in traverse_util.flatten_dict(params)

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from fedjax_sc.run import config
+from fedjax_sc.run.options import default as _d
+from fedjax_sc.run.options import train_arguments
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -31,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
         "train", help="federated training with Ag per round, checkpoints and a final report",
         description="Federated training. Options left out take the scene's paper preset: "
         + presets, formatter_class=_HelpFormatter, allow_abbrev=False)
-    _train_arguments(t)
+    train_arguments(t)
     t.add_argument("--config", metavar="RUN/config.json",
                    help="rerun a saved run: its configuration, with the flags given here "
                    "overriding it (e.g. --rounds 2 --out runs/rerun); on the same machine it "
@@ -47,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         "settings and 3 seeds. Presets: " + presets,
         formatter_class=_HelpFormatter)
     q.add_argument("table", choices=TABLES)
-    _train_arguments(q, grid=True)
+    train_arguments(q, grid=True)
     q.add_argument("--seeds", type=int, help="number of seeds 0..N-1 (default: 1 with "
                    "--quick, else 3)")
     q.add_argument("--population-size", type=int, metavar="P",
@@ -117,184 +119,6 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--sigma", type=float, help="upload noise std (default: the run's)")
     r.add_argument("--top-k", type=int, nargs="+", default=[10, 20, 50, 100])
     return p
-
-
-def _d(field: str):
-    """The default of a :class:`~fedjax_sc.run.train.TrainConfig` field: every option's default
-    is written once, there (or in the builder it is taken from), never here."""
-    from fedjax_sc.run.train import TrainConfig
-    return TrainConfig.__dataclass_fields__[field].default
-
-
-def _train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
-    """The options of one run; ``grid``: those shared by every run of a reproduction."""
-    from fedjax_sc.run.members import GRID_NAMES
-    from fedjax_sc.run.train import ALGORITHMS, DTYPES, SCENES
-    t.add_argument("--scene", choices=SCENES, default=_d("scene"))
-    t.add_argument("--data-dir", help="corpus directory (fdu: the FDU-MTL folder; iyy: the "
-                   "Tang et al. 2015 .ss files)")
-    if not grid:
-        t.add_argument("--algorithm", choices=ALGORITHMS, default=_d("algorithm"),
-                       help="fedavg; fedper / lg_fedavg (private classifier / private "
-                       "embedding and BiGRU); pfl_da (private model + gate); kteps (Li et al. "
-                       "2021); kteps_star (KTEPS + PCA-compressed, noised upload; Alg. 1); "
-                       "arch_a/b/c (Table 8 ablation: private classifier / BiGRU+MLP / "
-                       "model); baselines: fedprox, fedmmd, fedfusion, fedavg_kc / "
-                       "fedprox_kc (FedKC plug-in), indiv (no communication), fs (pooled "
-                       "data), asp (centralised adversarial multi-task)")
-    t.add_argument("--rounds", type=int, help="federated rounds (paper: 50 fdu, 20 iyy)")
-    t.add_argument("--local-epochs", type=int, default=_d("local_epochs"))
-    t.add_argument("--batch-size", type=int, help="local batch size (paper: 8 fdu, 64 iyy)")
-    t.add_argument("--lr", type=float, help="client learning rate (paper: 0.01 fdu, 0.1 iyy)")
-    t.add_argument("--momentum", type=float, default=_d("momentum"))
-    t.add_argument("--embedding-lr", type=float, help="separate learning rate of the word "
-                   "embeddings (paper's IYY setting: 0.01 with --lr 0.1)")
-    k = t.add_argument_group("KTEPS loss (Eq. 7-9; kteps and arch_a/b/c)")
-    k.add_argument("--lambda-kt", type=float, default=_d("lambda_kt"),
-                   help="lambda1: knowledge-transfer weight")
-    k.add_argument("--lambda-div", type=float, default=_d("lambda_div"),
-                   help="lambda2: HSIC diversity weight (arch_a/b/c always use 0)")
-    k.add_argument("--temperature", type=float, default=_d("temperature"), help="T of Eq. 8")
-    k.add_argument("--bandwidth", type=float,
-                   help="HSIC Gaussian kernel sigma (default: median heuristic per batch)")
-    u = t.add_argument_group("upload privacy and compression (KTEPS*, Alg. 1; any algorithm)")
-    if not grid:
-        u.add_argument("--pca-band", type=int, nargs=2, metavar=("D1", "D2"),
-                       help="send the shared word embeddings projected on principal "
-                       "components D1..D2 of the client's local-vocabulary rows (Eq. 10-12); "
-                       "kteps_star's default: 2 and round(0.75 d), i.e. the paper's (2, 150) "
-                       "of d = 200, (2, 38) for d = 50")
-    u.add_argument("--no-pca-center", dest="pca_center", action="store_false",
-                   help="principal components of the uncentred rows (default: off, centred "
-                   "PCA)")
-    u.add_argument("--upload-noise", type=float, help="sigma of Gaussian noise added to "
-                   "every uploaded leaf after compression (default 0.01 for the federated "
-                   "algorithms, the paper's Sec. 5.2; 0 for indiv, fs, asp; 0 turns it off)")
-    u.add_argument("--dp-clip", type=float, help="DP-SGD on the shared leaves: per-example "
-                   "clipping norm C (default: no DP-SGD)")
-    u.add_argument("--dp-noise", type=float, default=_d("dp_noise"),
-                   help="DP-SGD noise multiplier z (std z * C on the summed clipped gradient)")
-    u.add_argument("--dp-delta", type=float, default=_d("dp_delta"),
-                   help="delta at which the report states each client's epsilon")
-    b = t.add_argument_group("baselines (Sec. 5.4; defaults where the papers give none)")
-    b.add_argument("--prox-mu", type=float, default=_d("prox_mu"), help="FedProx mu (fedprox, "
-                   "fedprox_kc)")
-    b.add_argument("--mmd-weight", type=float, default=_d("mmd_weight"), help="FedMMD lambda")
-    b.add_argument("--mmd-kernel", choices=("multi", "median"), default=_d("mmd_kernel"),
-                   help="FedMMD kernel: the sum of 19 Gaussian kernels of Yao et al.'s code, or "
-                   "one Gaussian of median-heuristic width")
-    b.add_argument("--fusion", choices=("conv", "multi", "single"), default=_d("fusion"),
-                   help="FedFusion operator (Yao et al. 2019)")
-    b.add_argument("--fusion-shared-embedding", dest="fusion_private_embedding",
-                   action="store_false", help="FedFusion averages the word embedding too (Yao "
-                   "et al. 2019); default: private embedding, as Li et al. ran it (Sec. 5.5)")
-    b.add_argument("--kc-clusters", type=int, default=_d("kc_clusters"),
-                   help="FedKC K-Means clusters q")
-    b.add_argument("--kc-iterations", type=int, default=_d("kc_iterations"),
-                   help="FedKC Lloyd iterations")
-    b.add_argument("--kc-weight", type=float, default=_d("kc_weight"),
-                   help="FedKC consistency alpha")
-    b.add_argument("--asp-adversarial", type=float, default=_d("asp_adversarial"),
-                   help="ASP lambda_adv (Liu et al. 2017)")
-    b.add_argument("--asp-orthogonal", type=float, default=_d("asp_orthogonal"),
-                   help="ASP orthogonality gamma (Liu et al. 2017)")
-    b.add_argument("--asp-schedule", choices=("alternate", "sum"), default=_d("asp_schedule"),
-                   help="ASP's multi-task steps: one domain's batch per step (Liu et al.'s "
-                   "loop) or every domain's batch per step with the gradients summed")
-    f = t.add_argument_group("scale: partitions, participation, server optimizer (FedNLP, "
-                             "FedOpt)")
-    f.add_argument("--partition", choices=("natural", "dirichlet_label", "dirichlet_quantity"),
-                   default=_d("partition"), help="natural: one client per domain; dirichlet_*: the "
-                   "domains pooled and split into --num-clients clients (test split likewise)")
-    f.add_argument("--num-clients", type=int, help="N of a Dirichlet partition")
-    f.add_argument("--alpha", type=float, help="label skew: q ~ Dir(alpha p) (small: near one "
-                   "class per client)")
-    f.add_argument("--beta", type=float, help="quantity skew: sizes ~ Dir_N(beta)")
-    f.add_argument("--partition-seed", type=int, default=_d("partition_seed"),
-                   help="the data's seed: the Dirichlet partition and the synthetic reviews "
-                   "(training seeds share one dataset)")
-    f.add_argument("--clients-per-round", type=int,
-                   help="M clients sampled per round without replacement (default: all)")
-    f.add_argument("--sampling", choices=("uniform", "size"), default=_d("sampling"),
-                   help="uniform (N^k-weighted mean) or proportional to N^k (plain mean)")
-    f.add_argument("--server-opt", choices=("sgd", "momentum", "adam", "yogi", "adagrad"),
-                   help="FedOpt: optax optimizer on the pseudo-gradient (default: none, "
-                   "the aggregate is the model; sgd with --server-lr 1 is the same)")
-    f.add_argument("--server-lr", type=float,
-                   help="server learning rate (default 1.0 sgd/momentum, 0.01 adaptive)")
-    f.add_argument("--server-momentum", type=float, default=_d("server_momentum"),
-                   help="server momentum / Adam-Yogi b1")
-    f.add_argument("--server-tau", type=float, default=_d("server_tau"),
-                   help="adaptivity eps of adam, yogi, adagrad (Reddi et al.'s tau)")
-    t.add_argument("--furl-dim", type=int, default=_d("furl_dim"),
-                   help="size of a FURL private user vector concatenated to the pooled "
-                   "text feature (0: none)")
-    a = t.add_argument_group("personalisation phase, Ap (Eq. 16)")
-    a.add_argument("--no-ap", dest="ap", action="store_false",
-                   help="skip the fine-tuning phase after the last round (default: off, "
-                   "the phase runs)")
-    a.add_argument("--ap-evals", type=int, default=_d("ap_evals"), help="n_Z: evaluations")
-    a.add_argument("--ap-steps", type=int, default=_d("ap_steps"),
-                   help="z: fine-tuning steps between evaluations")
-    a.add_argument("--ap-lr-mult", type=float, default=_d("ap_lr_mult"),
-                   help="mu: fine-tuning learning rate = mu * --lr")
-    a.add_argument("--ap-mode", help="inference mode of Ap: s, p or sp for two-branch "
-                   "models (default: the algorithm's: sp for kteps/arch_*/pfl_da, full "
-                   "otherwise)")
-    t.add_argument("--seed", type=int, default=_d("seed"))
-    t.add_argument("--embeddings", default=_d("embeddings"), metavar="{random,glove-6b-50d,PATH}",
-                   help="initial word embeddings: random, glove-6b-50d (needs "
-                   "fedjax_sc[glove]) or a GloVe/word2vec text file (word v1 ... vd per line, "
-                   ".gz too; d is read from it)")
-    t.add_argument("--embed-dim", type=int, help="d (default: 200 random, 50 glove-6b-50d, a "
-                   "word-vector file's own)")
-    t.add_argument("--hidden", type=int, default=_d("hidden"),
-                   help="BiGRU hidden size per direction")
-    t.add_argument("--dtype", choices=DTYPES, default=_d("dtype"),
-                   help="computation dtype; bfloat16 is mixed precision (parameters, optimizer "
-                   "states and aggregation stay float32)")
-    t.add_argument("--mlp-hidden", type=int, default=_d("mlp_hidden"),
-                   help="classifier hidden width")
-    t.add_argument("--max-len", type=int, help="clip/pad length L (paper: 200 fdu, 400 iyy)")
-    t.add_argument("--vocab-size", type=int, default=_d("vocab_size"),
-                   help="most frequent words kept by the federated vocabulary")
-    t.add_argument("--domains", nargs="+", help="fdu: the domains to use as clients "
-                   "(default: all 16)")
-    t.add_argument("--dev-holdout", action="store_true",
-                   help="hold out the last 200 lines of each train file as dev")
-    t.add_argument("--allow-empty-clients", action="store_true",
-                   help="keep a client whose train or test file has no example (it trains "
-                   "nothing, or is left out of the averages and shown as n/a); by default "
-                   "such a client is refused, naming the file")
-    t.add_argument("--dense-embedding", dest="local_vocab", action="store_false",
-                   help="train the whole [V, d] table on every client instead of only its "
-                   "local-vocabulary rows (same result, slower; default: off)")
-    t.add_argument("--synthetic-clients", type=int, default=_d("synthetic_clients"))
-    t.add_argument("--synthetic-train", type=int, default=_d("synthetic_train"),
-                   help="train reviews per client")
-    t.add_argument("--synthetic-test", type=int, default=_d("synthetic_test"),
-                   help="test reviews per client")
-    if grid:
-        t.add_argument("--out", help="the results store (default: runs/reproduce, or "
-                       "runs/reproduce-quick with --quick)")
-        return
-    t.add_argument("--out", default=_d("out"), help="output directory (with --seeds or "
-                   "--grid: the population's folder, one run folder per member and "
-                   "population.json)")
-    t.add_argument("--seeds", help="train these seeds (e.g. 0,1,2) as one population: one "
-                   "compiled round for all members")
-    t.add_argument("--grid", action="append", metavar="NAME=V1,V2,...",
-                   help="train every value as members of one population (repeat for a "
-                   "product grid), e.g. lr=0.01,0.05 or lambda_kt=0,0.01; names: "
-                   + ", ".join(GRID_NAMES))
-    t.add_argument("--tensorboard", action="store_true",
-                   help="also write the metrics as TensorBoard event files in "
-                   "<out>/tensorboard (needs fedjax_sc[tensorboard])")
-    t.add_argument("--resume", action="store_true", help="continue from the last checkpoint "
-                   "(refused if the data or the vocabulary changed)")
-    t.add_argument("--overwrite", action="store_true",
-                   help="replace an earlier run in --out: its files are deleted once the new "
-                   "inputs are checked; a folder holding other files is refused")
 
 
 def _given(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
