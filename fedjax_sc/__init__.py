@@ -51,6 +51,7 @@ from fedjax_sc.core.evaluate import (
     mean_accuracy,
     paired_ag_difference,
 )
+from fedjax_sc.core.heterogeneity import LocalWork
 from fedjax_sc.core.local import local_steps
 from fedjax_sc.core.personalize import Personalization, make_personalize
 from fedjax_sc.core.population import build_population_round, grid, init_population
@@ -70,8 +71,8 @@ from fedjax_sc.models.text_classifier import TextClassifier, init_params
 
 __all__ = [
     "Algorithm", "Batch", "CentralTrainer", "ClientData", "ClientStart", "ClientStates",
-    "Personalization", "PrivateSharedClassifier", "RoundMetrics", "Scene", "ServerState",
-    "TextClassifier", "UploadContext", "UploadTransform", "asp", "bind", "build_population_round",
+    "LocalWork", "Personalization", "PrivateSharedClassifier", "RoundMetrics", "Scene",
+    "ServerState", "TextClassifier", "UploadContext", "UploadTransform", "asp", "bind", "build_population_round",
     "build_round", "build_round_parts", "build_scene", "chain", "client_data", "client_sgd",
     "dp_sgd", "fdu_scene", "fedavg", "fedfusion", "fedkc", "fedmmd", "fedopt", "fedper", "fedprox",
     "fs", "gaussian_noise", "grid", "host_client_data", "identity_upload", "indiv", "init_params",

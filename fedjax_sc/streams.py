@@ -16,6 +16,9 @@ AP = 2**31 - 2
 """root key -> the Ap phase (fine-tuning shuffles): ``fold_in(fold_in(root, AP), k)``."""
 KNOWLEDGE = 2**31 - 3
 """round key -> the knowledge exchange (FedKC's K-Means starts): ``fold_in(.., k)`` per client."""
+WORK = 2**31 - 4
+"""round key -> the clients' local work (budgets, stragglers, dropout;
+:mod:`fedjax_sc.core.heterogeneity`), drawn once per round for all clients."""
 DP_NOISE = 2**31 - 2
 """a local step's key -> DP-SGD's Gaussian noise (a step key's own consumers use other
 constants; the value equals :data:`AP` but the parents differ)."""

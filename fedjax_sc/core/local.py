@@ -116,3 +116,32 @@ def epoch_schedule(key: jax.Array, mask: jax.Array, batch_size: int,
 
     epochs = jnp.arange(local_epochs)
     return jax.vmap(lambda e: one_epoch(jax.random.fold_in(key, e)))(epochs)
+
+
+def stream_batch(key: jax.Array, mask: jax.Array, batch_size: int, s: jax.Array
+                 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Batch ``s`` of one client's endless stream of shuffled epochs: the real batches of
+    :func:`epoch_schedule` in the same order, with the same keys, and no padding batches
+    between epochs (a budget of tau steps then means tau real steps; used by the round with
+    heterogeneous local work, :mod:`fedjax_sc.core.heterogeneity`).
+
+    Args:
+      key: PRNG key of this client and round.
+      mask: bool ``[max_examples]``, True on real examples (a prefix).
+      batch_size: B.
+      s: int32 scalar, the step.
+
+    Returns:
+      ``(indices, batch_mask, epoch, batch)``: int32 and bool ``[B]``, and the int32 epoch e
+      and batch j of step s (e = s // ceil(N^k / B)), whose key is ``fold_in(fold_in(key, e),
+      j)`` as in the epoch plan. A client without examples gets an all-False mask.
+    """
+    n = mask.shape[0]
+    count = jnp.sum(mask).astype(jnp.int32)
+    per_epoch = jnp.maximum((count + batch_size - 1) // batch_size, 1)
+    e, j = s // per_epoch, s % per_epoch
+    pad = math.ceil(n / batch_size) * batch_size - n
+    order = jnp.concatenate([epoch_order(jax.random.fold_in(key, e), mask),
+                             jnp.zeros((pad,), jnp.int32)])
+    indices = jax.lax.dynamic_slice(order, (j * batch_size,), (batch_size,))
+    return indices, j * batch_size + jnp.arange(batch_size) < count, e, j

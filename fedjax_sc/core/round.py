@@ -14,7 +14,10 @@ metrics)``:
 2. every client runs ``local_epochs`` epochs of mini-batch training on its own examples,
    reshuffled each epoch, optimizer state fresh -- all clients at once under ``jax.vmap``,
    the steps of one client as a ``lax.scan``; a client with fewer batches than the largest one
-   runs masked no-op steps that leave its params and optimizer state untouched;
+   runs masked no-op steps that leave its params and optimizer state untouched
+   (:mod:`fedjax_sc.core.client`); with heterogeneous clients (``work``,
+   :mod:`fedjax_sc.core.heterogeneity`) each client runs its own budget of steps instead, and
+   a client without steps uploads nothing;
 3. each client keeps its private leaves (the new ``client_states``) and encodes its shared
    ones with the algorithm's upload transform; the server decodes every message, aggregates
    them with weights N^k / N (or ``ClientData.weights``, normalised) and applies its server
@@ -51,16 +54,15 @@ import optax
 from flax import traverse_util
 
 from fedjax_sc import streams
-from fedjax_sc.algorithms import masking
+from fedjax_sc.algorithms import fednova, masking
 from fedjax_sc.algorithms.aggregate import example_weights, weighted_mean_rows
 from fedjax_sc.algorithms.base import (
     Algorithm,
-    Batch,
-    ClientStart,
     Params,
     UploadContext,
-    bind,
 )
+from fedjax_sc.core.client import RoundMetrics, build_client_update  # noqa: F401 (re-exported)
+from fedjax_sc.core.heterogeneity import LocalWork, budgets, participation_weights
 from fedjax_sc.core.leaves import (  # noqa: F401 (re-exported)
     gather_rows,
     get_leaf,
@@ -68,7 +70,6 @@ from fedjax_sc.core.leaves import (  # noqa: F401 (re-exported)
     replace_leaf,
     scatter_rows,
 )
-from fedjax_sc.core.local import epoch_schedule, local_steps
 from fedjax_sc.data.client_data import ClientData
 from fedjax_sc.data.vocab import PAD
 from fedjax_sc.models.text_classifier import TABLE_MODULES
@@ -106,70 +107,6 @@ class ClientStates(NamedTuple):
     private: Params
 
 
-class RoundMetrics(NamedTuple):
-    """Per-client figures of one round (all ``[num_clients]``).
-
-    Attributes:
-      train_loss: float32 mean client loss over its real local steps.
-      train_accuracy: float32 mean training-batch accuracy over its real local steps.
-      steps: int32 number of real (unmasked) local steps.
-      finite: bool, False if the client's loss or params turned NaN/inf.
-      aux: float32 ``{name: [num_clients]}``, every entry of the client loss's aux dict
-        averaged over the client's real local steps (KTEPS: ``kt``, ``div``, ...).
-    """
-
-    train_loss: jax.Array
-    train_accuracy: jax.Array
-    steps: jax.Array
-    finite: jax.Array
-    aux: dict[str, jax.Array] = {}
-
-
-def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: int):
-    """One client's local training for a round (vmapped over clients by :func:`build_round`).
-
-    Returns:
-      ``client_update(params, tokens, labels, mask, key, knowledge=(), client=0) -> (params,
-      RoundMetrics)`` for one client: ``tokens`` int32 ``[max_examples, len]``, ``labels``
-      int32 ``[max_examples]``, ``mask`` bool ``[max_examples]``; ``knowledge`` and
-      ``client`` (int32 scalar) reach an anchored loss in its
-      :class:`~fedjax_sc.algorithms.base.ClientStart` (with ``params`` as the start params);
-      the metrics fields are scalars. The loss of epoch e, batch j gets the key
-      ``fold_in(fold_in(key, e), j)`` -- independent of padding too.
-    """
-    opt = algorithm.client_optimizer
-
-    def gradient_fn(start: ClientStart):
-        loss = bind(algorithm.client_loss, start)
-        return (jax.value_and_grad(loss, has_aux=True) if algorithm.client_gradient is None
-                else algorithm.client_gradient(loss))
-
-    def client_update(params: Params, tokens, labels, mask, key, knowledge=(), client=0):
-        loss_and_grad = gradient_fn(ClientStart(params, knowledge, client))
-        idx, batch_mask = epoch_schedule(key, mask, batch_size, local_epochs)
-        e, j = jnp.meshgrid(jnp.arange(idx.shape[0]), jnp.arange(idx.shape[1]), indexing="ij")
-        flat = lambda x: x.reshape((-1,) + x.shape[2:])
-
-        def step(params, inputs):
-            i, m, e, j = inputs
-            rng = jax.random.fold_in(jax.random.fold_in(key, e), j)
-            return loss_and_grad(params, Batch(tokens[i], labels[i], m), rng)
-
-        real = jnp.any(flat(batch_mask), axis=-1)
-        (params, _), (losses, aux) = local_steps(
-            step, opt, params, opt.init(params),
-            (flat(idx), flat(batch_mask), flat(e), flat(j)), real)
-        losses = jnp.where(real, losses, 0.0)
-        aux = jax.tree.map(lambda a: jnp.where(real, a, 0.0), aux)
-        n = jnp.sum(real)
-        finite = jnp.all(jnp.isfinite(losses)) & jnp.all(jnp.asarray(
-            [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)]))
-        denom = jnp.maximum(n, 1).astype(jnp.float32)
-        aux = {k: jnp.sum(v) / denom for k, v in aux.items()}
-        return params, RoundMetrics(jnp.sum(losses) / denom, aux["accuracy"],
-                                    n.astype(jnp.int32), finite, aux)
-
-    return client_update
 
 
 class RoundParts(NamedTuple):
@@ -186,8 +123,10 @@ class RoundParts(NamedTuple):
         client's upload transform; ``diagnostics`` ``{name: [K]}``.
       decode: ``(server_state, messages) -> uploads``: the server's decoding of each message,
         same structure as ``shared``.
-      aggregate: ``(server_state, uploads, clients) -> server_state``: weighted mean with
-        N^k / N (tables by rows when local), then the server update.
+      aggregate: ``(server_state, uploads, clients, steps=None) -> server_state``: weighted
+        mean with N^k / N (tables by rows when local), then the server update; with
+        heterogeneous clients ``steps`` (``RoundMetrics.steps``) zeroes the weight of a client
+        without steps and feeds FedNova.
     """
 
     local_training: Callable
@@ -206,7 +145,8 @@ def row_masks(clients: ClientData) -> jax.Array | None:
 
 
 def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
-                      table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS) -> RoundParts:
+                      table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS,
+                      work: LocalWork | None = None) -> RoundParts:
     """The stages of :func:`build_round` (same arguments and errors)."""
     if not isinstance(algorithm, Algorithm):
         raise TypeError(f"the round needs an Algorithm (e.g. fedjax_sc.fedavg(model)), got "
@@ -214,8 +154,9 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
     if batch_size < 1 or local_epochs < 1:
         raise ValueError(f"batch_size and local_epochs must be >= 1, got {batch_size}, "
                          f"{local_epochs}")
+    work = (work or LocalWork()).check()
     client_update = build_client_update(algorithm, batch_size=batch_size,
-                                        local_epochs=local_epochs)
+                                        local_epochs=local_epochs, work=work)
     upload = algorithm.upload
 
     def tables(params, clients):
@@ -257,16 +198,19 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                 vocab_ids, clients.tokens, clients.labels, clients.mask,
                 jnp.arange(clients.num_clients))
 
-        def one_client(private, ids, vmask, tokens, labels, mask, key, client):
+        def one_client(private, ids, vmask, tokens, labels, mask, key, client, budget):
             params, metrics = client_update(start_params(private, ids), tokens, labels, mask,
-                                            key, knowledge, client)
+                                            key, knowledge, client, budget)
             shared, new_private = split_private(algorithm, params)
             new_private = scatter_rows(new_private, private, ids, vmask, private_tables)
             return shared, new_private, metrics
 
+        steps = (budgets(work, jax.random.fold_in(round_key, streams.WORK), clients.counts,
+                         batch_size, local_epochs) if work.active
+                 else jnp.zeros((clients.num_clients,), jnp.int32))
         shared, private, metrics = jax.vmap(one_client)(
             client_states.private, vocab_ids, vocab_mask, clients.tokens, clients.labels,
-            clients.mask, keys, jnp.arange(clients.num_clients, dtype=jnp.int32))
+            clients.mask, keys, jnp.arange(clients.num_clients, dtype=jnp.int32), steps)
         return shared, ClientStates(private), metrics
 
     def encode(state: ServerState, shared: Params, clients: ClientData, rng: jax.Array):
@@ -285,9 +229,17 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
             return messages
         return jax.vmap(lambda m: upload.decode(m, state.upload_state))(messages)
 
-    def aggregate(state: ServerState, uploads: Params, clients: ClientData) -> ServerState:
-        weights = example_weights(clients.counts if clients.weights is None
-                                  else clients.weights)
+    def aggregate(state: ServerState, uploads: Params, clients: ClientData,
+                  steps: jax.Array | None = None) -> ServerState:
+        raw = clients.counts if clients.weights is None else clients.weights
+        if work.active:
+            if steps is None:
+                raise ValueError("with heterogeneous local work, aggregate needs every "
+                                 "client's local steps (RoundMetrics.steps)")
+            raw = participation_weights(raw, steps)
+        weights = example_weights(raw)
+        if work.aggregation == "fednova":
+            uploads = normalised_uploads(state.params, uploads, clients, weights, steps)
         flat = traverse_util.flatten_dict(uploads)
         by_rows = {p: flat.pop(p) for p in tables(state.params, clients)}
         params = algorithm.aggregator(traverse_util.unflatten_dict(flat), weights)
@@ -302,17 +254,27 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
             params = optax.apply_updates(state.params, updates)
         # no client with an example (weights summing to 0): the mean would be all zeros and
         # kill the model for good; the server keeps its model and optimizer state instead
-        empty = jnp.sum(clients.counts if clients.weights is None else clients.weights) <= 0
+        empty = jnp.sum(raw) <= 0
         keep = lambda old, new: jax.tree.map(lambda a, b: jnp.where(empty, a, b), old, new)
         return ServerState(keep(state.params, params), state.round + 1,
                            keep(state.opt_state, opt_state), state.upload_state)
+
+    def normalised_uploads(params, uploads, clients, weights, steps):
+        """FedNova: every upload moved tau_eff / ||a_k|| along its own update."""
+        scale = fednova.scales(weights, steps, work.scan_length(
+            batch_size, local_epochs, clients.tokens.shape[1]), work.momentum, work.prox)
+        rows = tables(params, clients)
+        start = traverse_util.unflatten_dict({
+            p: (jax.vmap(lambda ids, t=get_leaf(params, p): t[ids])(clients.vocab_ids)
+                if p in rows else x) for p, x in traverse_util.flatten_dict(params).items()})
+        return fednova.rescale(start, uploads, scale)
 
     return RoundParts(local_training, encode, decode, aggregate)
 
 
 def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
-                table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS
-                ) -> Callable[[ServerState, ClientStates, ClientData, jax.Array],
+                table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS,
+                work: LocalWork | None = None) -> Callable[[ServerState, ClientStates, ClientData, jax.Array],
                               tuple[ServerState, ClientStates, RoundMetrics]]:
     """The un-jitted round function (jit it, or use :func:`make_round_step`).
 
@@ -322,6 +284,9 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
       local_epochs: local epochs E per round (paper: 2).
       table_paths: params paths of the word-embedding tables; those present are trained on
         the clients' local-vocabulary rows only when ``ClientData.vocab_ids`` is set.
+      work: heterogeneous clients (:class:`~fedjax_sc.core.heterogeneity.LocalWork`: fixed
+        or drawn local steps, dropout, stragglers, FedNova); None or an inactive one: every
+        client runs ``local_epochs`` epochs, FedAvg-weighted (the plain round, unchanged).
 
     Returns:
       ``round_step(server_state, client_states, clients, rng) -> (server_state,
@@ -330,10 +295,10 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
       initial states with :func:`init_states`; the stages are :func:`build_round_parts`.
 
     Raises:
-      ValueError: if batch_size or local_epochs < 1.
+      ValueError: if batch_size or local_epochs < 1, or a ``work`` setting is out of range.
     """
     parts = build_round_parts(algorithm, batch_size=batch_size, local_epochs=local_epochs,
-                              table_paths=table_paths)
+                              table_paths=table_paths, work=work)
 
     def round_step(state: ServerState, client_states: ClientStates, clients: ClientData,
                    rng: jax.Array):
@@ -341,7 +306,8 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
         shared, client_states, metrics = parts.local_training(state, client_states, clients,
                                                               rng)
         messages, diagnostics = parts.encode(state, shared, clients, rng)
-        new_state = parts.aggregate(state, parts.decode(state, messages), clients)
+        new_state = parts.aggregate(state, parts.decode(state, messages), clients,
+                                    metrics.steps)
         if set(diagnostics) & set(metrics.aux):
             raise ValueError(f"upload diagnostics {sorted(diagnostics)} collide with the "
                              f"client loss's aux {sorted(metrics.aux)}")
