@@ -11,6 +11,9 @@ Sec. 3.2 and App. C; seed paper 002). Host-side only (numpy), seeded and determi
 * ``dirichlet_quantity`` (quantity skew): client sizes ``|D_j| = z_j |D|`` with
   ``z ~ Dir_N(beta)``; beta -> infinity gives equal sizes.
 * Both combined: give ``beta`` to ``dirichlet_label`` (or ``alpha`` to ``dirichlet_quantity``).
+* ``iid`` and ``dirichlet``: flwr-datasets' ``IidPartitioner`` and ``DirichletPartitioner``
+  (Beutel et al., Flower Datasets; :mod:`fedjax_sc.data.flwr_partition`), applied as
+  ``FederatedDataset`` applies them: the split shuffled with the seed first.
 
 The draws ``q`` and ``z`` form a :class:`PartitionPlan`, drawn once from the training labels and
 applied to every split: client j's test set has the same label proportions and the same share
@@ -30,10 +33,14 @@ from typing import NamedTuple
 import numpy as np
 
 from fedjax_sc import streams
+from fedjax_sc.data import flwr_partition
 from fedjax_sc.data.corpus import Corpus
 
-PARTITIONS = ("natural", "dirichlet_label", "dirichlet_quantity")
-
+PARTITIONS = ("natural", "dirichlet_label", "dirichlet_quantity", "iid", "dirichlet")
+FEDNLP_PARTITIONS = ("dirichlet_label", "dirichlet_quantity")
+"""FedNLP's partitions (:func:`repartition`)."""
+FLWR_PARTITIONS = ("iid", "dirichlet")
+"""flwr-datasets' partitioners (:mod:`fedjax_sc.data.flwr_partition`)."""
 
 
 class PartitionPlan(NamedTuple):
@@ -188,8 +195,8 @@ def repartition(client_corpora: Mapping[str, Mapping[str, Corpus]], partition: s
       ValueError: an unknown partition or ``natural`` (nothing to re-partition), a missing
         concentration, or a split too small for N clients.
     """
-    if partition not in PARTITIONS[1:]:
-        raise ValueError(f"repartition: partition must be one of {PARTITIONS[1:]}, got "
+    if partition not in FEDNLP_PARTITIONS:
+        raise ValueError(f"repartition: partition must be one of {FEDNLP_PARTITIONS}, got "
                          f"{partition!r}")
     needed = "alpha" if partition == "dirichlet_label" else "beta"
     if (alpha if needed == "alpha" else beta) is None:
@@ -217,7 +224,8 @@ def pool(corpora: Sequence[Corpus]) -> Corpus:
     """The concatenation of several corpora (in order); counts are summed."""
     return Corpus(texts=tuple(t for c in corpora for t in c.texts),
                   labels=np.concatenate([c.labels for c in corpora]).astype(np.int32),
-                  source=f"pooled({len(corpora)} files)",
+                  source=corpora[0].source if len(corpora) == 1 else
+                  f"pooled({len(corpora)} files)",
                   num_empty=sum(c.num_empty for c in corpora),
                   num_latin1_lines=sum(c.num_latin1_lines for c in corpora))
 
@@ -225,3 +233,88 @@ def pool(corpora: Sequence[Corpus]) -> Corpus:
 def hash_seed(seed: int, split: str) -> list[int]:
     """The numpy seed sequence of one split's example draws."""
     return [seed, streams.PARTITION_SPLITS.get(split, streams.PARTITION_OTHER)]
+
+
+# ------------------------------------------------------------- flwr-datasets' partitioners
+
+
+def client_names(num_clients: int) -> list[str]:
+    """``client0000``, ``client0001``, ... (at least four digits)."""
+    width = max(4, len(str(num_clients - 1)))
+    return [f"client{j:0{width}d}" for j in range(num_clients)]
+
+
+def _subset(corpus: Corpus, idx: np.ndarray, source: str) -> Corpus:
+    texts = tuple(corpus.texts[i] for i in idx)
+    return Corpus(texts=texts, labels=corpus.labels[idx].astype(np.int32), source=source,
+                  num_empty=sum(not t.split() for t in texts), num_latin1_lines=0)
+
+
+def check_flwr(partition: str, alpha: float | None, beta: float | None,
+               min_partition_size: int, self_balancing: bool) -> None:
+    """Checks the settings of the flwr-datasets partitions.
+
+    Raises:
+      ValueError: ``iid`` with ``alpha`` or ``beta``; ``dirichlet`` without ``alpha`` or with
+        ``beta``; ``min_partition_size`` other than flwr-datasets' default, or
+        ``self_balancing``, with a partition other than ``dirichlet``.
+    """
+    if partition in FLWR_PARTITIONS and (
+            beta is not None or (alpha is None) == (partition == "dirichlet")):
+        raise ValueError("--partition iid takes no --alpha or --beta; --partition dirichlet "
+                         "takes --alpha and no --beta")
+    if partition != "dirichlet" and (
+            self_balancing or min_partition_size != flwr_partition.MIN_PARTITION_SIZE):
+        raise ValueError("--min-partition-size and --self-balancing apply to --partition "
+                         "dirichlet")
+
+
+def partition_clients(client_corpora: Mapping[str, Mapping[str, Corpus]], partition: str,
+                      num_clients: int, num_classes: int, *, alpha: float | None = None,
+                      beta: float | None = None, seed: int = 0,
+                      min_partition_size: int = flwr_partition.MIN_PARTITION_SIZE,
+                      self_balancing: bool = False) -> dict[str, dict[str, Corpus]]:
+    """Pools every domain's splits and partitions them into ``num_clients`` clients: FedNLP's
+    partitions go to :func:`repartition` (unchanged); ``iid`` splits every split with
+    flwr-datasets' ``IidPartitioner``; ``dirichlet`` draws its ``DirichletPartitioner`` on the
+    training split and cuts the others with that draw's proportions
+    (:mod:`fedjax_sc.data.flwr_partition`).
+
+    Args:
+      client_corpora: ``{domain: {split: Corpus}}`` (every domain the same splits).
+      partition: a name of :data:`PARTITIONS` other than ``natural``.
+      num_clients, num_classes: N and C.
+      alpha: dirichlet_label's or dirichlet's concentration (needed by both).
+      beta: dirichlet_quantity's concentration.
+      seed: the partition seed.
+      min_partition_size, self_balancing: DirichletPartitioner's settings (dirichlet only).
+
+    Returns:
+      ``{"client0000": {split: Corpus}, ...}``; each ``Corpus.source`` names the partition
+      and the client; for iid and dirichlet the texts come in flwr-datasets' order (shuffled).
+
+    Raises:
+      ValueError: an unknown partition or ``natural``, a missing concentration, too few
+        examples for N clients, or (dirichlet) no draw meeting ``min_partition_size``.
+    """
+    if partition in FEDNLP_PARTITIONS:
+        return repartition(client_corpora, partition, num_clients, num_classes, alpha=alpha,
+                           beta=beta, seed=seed)
+    if partition not in FLWR_PARTITIONS:
+        raise ValueError(f"partition must be one of {PARTITIONS[1:]}, got {partition!r}")
+    if partition == "dirichlet" and alpha is None:
+        raise ValueError("--partition dirichlet needs --alpha")
+    splits = list(next(iter(client_corpora.values())))
+    pooled = {s: pool([client_corpora[d][s] for d in client_corpora]) for s in splits}
+    if partition == "iid":
+        parts = {s: flwr_partition.iid_partition(len(pooled[s]), num_clients, seed)
+                 for s in splits}
+    else:
+        draw = flwr_partition.dirichlet_partition(pooled["train"].labels, num_clients, alpha,
+                                                  seed, min_partition_size, self_balancing)
+        parts = {s: draw.parts if s == "train" else
+                 flwr_partition.split_like(pooled[s].labels, draw, seed) for s in splits}
+    names = client_names(num_clients)
+    return {name: {s: _subset(pooled[s], parts[s][j],
+                              f"{pooled[s].source} -> {partition} {name}") for s in splits}
+            for j, name in enumerate(names)}

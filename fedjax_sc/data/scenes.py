@@ -95,6 +95,8 @@ class Scene:
         (tokens before clipping, over the train split), and ``local_vocab_size`` (V^k: distinct
         word ids other than ``<pad>``/``<unk>`` in the client's clipped train sequences) and
         ``train_label_counts`` (``[C]`` examples per class in the train split).
+      label_names: the label value of each class as the data wrote it (class c =
+        ``label_names[c]``; the table scene), or None (the labels are the class ids).
     """
 
     name: str
@@ -106,6 +108,7 @@ class Scene:
     num_classes: int
     max_len: int
     stats: tuple[dict, ...]
+    label_names: tuple | None = None
 
     @property
     def num_clients(self) -> int:
@@ -138,7 +141,8 @@ def local_vocabularies(train: ClientArrays) -> tuple[np.ndarray, np.ndarray]:
 
 
 def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], num_classes: int,
-                max_len: int, vocab_size: int, allow_empty: bool = False) -> Scene:
+                max_len: int, vocab_size: int, allow_empty: bool = False,
+                label_names: Sequence | None = None) -> Scene:
     """Builds a scene exactly as Li et al. 2021, Sec. 5.1.
 
     Each client counts the tokens of its OWN train split (``count_tokens``), the server sums
@@ -154,17 +158,20 @@ def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], n
       vocab_size: number of words kept (V = at most ``vocab_size + 2``).
       allow_empty: keep a client whose train or test split has no example (it then trains
         nothing, or has no Ag^k / Ap^k and is left out of the means); False refuses it.
+      label_names: the label value of each class (``num_classes`` of them), or None.
 
     Raises:
       ValueError: no clients, missing/unknown splits, inconsistent dev splits, a label outside
         ``[0, num_classes)`` (names client and split), a train or test split without examples
         (names its file; unless ``allow_empty``), no training or no test example at all,
-        ``max_len < 1`` or ``vocab_size < 1``.
+        ``max_len < 1`` or ``vocab_size < 1``, ``label_names`` not of length ``num_classes``.
     """
     if not client_corpora:
         raise ValueError("client_corpora is empty")
     if max_len < 1 or num_classes < 1:
         raise ValueError(f"need max_len >= 1 and num_classes >= 1, got {max_len}, {num_classes}")
+    if label_names is not None and len(label_names) != num_classes:
+        raise ValueError(f"{len(label_names)} label names for {num_classes} classes")
     names = tuple(client_corpora)
     has_dev = {"dev" in client_corpora[c] for c in names}
     if len(has_dev) != 1:
@@ -218,7 +225,8 @@ def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], n
         })
     return Scene(name=name, client_names=names, train=arrays["train"], test=arrays["test"],
                  dev=arrays.get("dev"), vocab=vocab, num_classes=num_classes, max_len=max_len,
-                 stats=tuple(stats))
+                 stats=tuple(stats),
+                 label_names=None if label_names is None else tuple(label_names))
 
 
 def fdu_scene(data_dir: str | Path, max_len: int = 200, vocab_size: int = VOCAB_SIZE,

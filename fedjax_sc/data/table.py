@@ -1,0 +1,448 @@
+"""A corpus of one's own: labelled texts in a table file, read with pyarrow into the per-client
+corpora of the other readers (``{client: {"train": Corpus, "test": Corpus}}``), so that
+:func:`fedjax_sc.data.scenes.build_scene` does the rest. Host-side only (numpy, pyarrow).
+
+* Formats, by extension: ``.csv`` / ``.tsv`` (``pyarrow.csv``; ``.gz`` / ``.bz2`` too),
+  ``.jsonl`` / ``.json`` / ``.ndjson`` (one JSON object per line, ``pyarrow.json``),
+  ``.parquet`` / ``.pq`` (``pyarrow.parquet``). With the ``datasets`` package (extra
+  ``fedjax_sc[hf]``): a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``
+  (``datasets.load_from_disk``; a DatasetDict's ``train`` and ``test`` splits), or
+  ``hf:BUILDER:FILE`` (``datasets.load_dataset(BUILDER, data_files=FILE)``, BUILDER one of
+  :data:`HF_BUILDERS`).
+* Labels: the classes are the distinct values of the training rows' label column in sorted
+  order (class c = ``label_names[c]``), so integer labels 0..C-1 keep their values and string
+  labels are numbered alphabetically; C is their number.
+* Clients: with a client column, one client per distinct value, sorted, each holding its rows
+  in file order (flwr-datasets' ``NaturalIdPartitioner``); otherwise a partition of
+  :mod:`fedjax_sc.data.partition` splits the rows into N clients.
+* Test split: a second file of the same columns, a split column (``train`` / ``test``), a
+  DatasetDict's ``test`` split, or else a fraction held out per client as ``datasets``'
+  ``Dataset.train_test_split(test_size=fraction, seed=seed)`` holds it out (at least one).
+
+Bad input is a one-line ``ValueError`` naming the file, the row (``path:line`` for CSV and
+JSON lines, 1-based lines of the file; ``path: row i``, 0-based, for Parquet and datasets) and
+the column.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import dataclasses
+import gzip
+import json
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fedjax_sc.data import partition as partition_lib
+from fedjax_sc.data.corpus import Corpus
+
+FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "json", ".json": "json", ".ndjson": "json",
+           ".parquet": "parquet", ".pq": "parquet"}
+"""File extension -> format (``.gz`` / ``.bz2`` after a CSV/TSV/JSON one: compressed)."""
+HF_BUILDERS = ("csv", "json", "parquet", "arrow")
+"""``datasets``' packaged builders that ``hf:BUILDER:FILE`` may name (local files only)."""
+DEFAULT_TEST_FRACTION = 0.2
+"""Held out per client without a test file: FDU-MTL's own ratio (400 test reviews of 2,000
+per domain) and flwr-datasets' examples' ``train_test_split(test_size=0.2)``."""
+
+
+class MissingDatasetsError(ImportError, RuntimeError):
+    """A datasets folder or ``hf:BUILDER:FILE`` without the ``datasets`` package."""
+
+
+class TableCorpora(NamedTuple):
+    """What :func:`read_table` returns.
+
+    Attributes:
+      corpora: ``{client: {"train": Corpus, "test": Corpus}}`` in client order.
+      label_names: the label value of each class (class c = ``label_names[c]``).
+    """
+
+    corpora: dict[str, dict[str, Corpus]]
+    label_names: tuple[Any, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rows:
+    """Rows of one file: ``table``'s row i is the file's row ``rows[i]`` (0-based, data rows)."""
+
+    table: pa.Table
+    path: str
+    kind: str  # csv | tsv | json | parquet | hf
+    rows: np.ndarray
+
+    def where(self, i: int) -> str:
+        """``path:line`` of row i (CSV, JSON lines), else ``path: row k``."""
+        row = int(self.rows[i])
+        if self.kind in ("csv", "tsv"):
+            return f"{self.path}:{_csv_line(self.path, row, self.kind)}"
+        if self.kind == "json":
+            return f"{self.path}:{_json_line(self.path, row)}"
+        return f"{self.path}: row {row}"
+
+    def take(self, mask: np.ndarray) -> _Rows:
+        idx = np.flatnonzero(mask)
+        return _Rows(self.table.take(idx), self.path, self.kind, self.rows[idx])
+
+
+def _open_text(path: str):
+    opener = {".gz": gzip.open, ".bz2": bz2.open}.get(Path(path).suffix.lower(), open)
+    return opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="")
+
+
+def _csv_rows(path: str, kind: str):
+    """``(first line, fields)`` of each non-blank CSV record, header first (Python's csv
+    module, only to number the lines that pyarrow reads)."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(2**31 - 1)
+    try:
+        with _open_text(path) as f:
+            reader = csv.reader(f, delimiter="\t" if kind == "tsv" else ",")
+            while True:
+                start = reader.line_num + 1
+                fields = next(reader, None)
+                if fields is None:
+                    return
+                if fields:  # pyarrow skips blank lines
+                    yield start, fields
+    finally:
+        csv.field_size_limit(limit)
+
+
+def _csv_line(path: str, row: int, kind: str) -> int:
+    """The 1-based line where data row ``row`` of a CSV file starts."""
+    for k, (line, _) in enumerate(_csv_rows(path, kind)):
+        if k == row + 1:
+            return line
+    return 0
+
+
+def _json_line(path: str, row: int) -> int:
+    """The 1-based line of JSON-lines row ``row`` (blank lines skipped, as pyarrow does)."""
+    with _open_text(path) as f:
+        k = -1
+        for lineno, line in enumerate(f, start=1):
+            k += bool(line.strip())
+            if k == row:
+                return lineno
+    return 0
+
+
+def _kind(path: str) -> str:
+    name = Path(path).name.lower()
+    for packed in (".gz", ".bz2"):
+        name = name.removesuffix(packed)
+    kind = FORMATS.get(Path(name).suffix)
+    if kind is None or (kind == "parquet" and name != Path(path).name.lower()):
+        raise ValueError(f"{path}: unknown extension {''.join(Path(path).suffixes)!r}; use "
+                         f".csv, .tsv, .jsonl, .json or .parquet (.gz or .bz2 after a CSV or "
+                         f"JSON one), a datasets folder, or hf:BUILDER:FILE")
+    return kind
+
+
+def _read_file(path: str, text_column: str) -> _Rows:
+    """One CSV / TSV / JSON-lines / Parquet file as a pyarrow table (the text column read as
+    strings in a CSV, so that ``NA`` or ``123`` stay texts)."""
+    import pyarrow.csv
+    import pyarrow.json
+    import pyarrow.parquet
+    kind = _kind(path)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path} not found")
+    try:
+        if kind in ("csv", "tsv"):
+            table = pyarrow.csv.read_csv(
+                path, parse_options=pyarrow.csv.ParseOptions(
+                    delimiter="\t" if kind == "tsv" else ",", newlines_in_values=True),
+                convert_options=pyarrow.csv.ConvertOptions(
+                    column_types={text_column: pa.string()}))
+        elif kind == "json":
+            table = pyarrow.json.read_json(path)
+        else:
+            table = pyarrow.parquet.read_table(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise ValueError(_read_error(path, kind, e)) from None
+    return _Rows(table, path, kind, np.arange(table.num_rows))
+
+
+def _read_error(path: str, kind: str, e: Exception) -> str:
+    """One line for a file pyarrow cannot read, with the line where it can be found."""
+    message = " ".join(str(e).split())
+    if kind in ("csv", "tsv") and "columns" in message:
+        rows = _csv_rows(path, kind)
+        header = next(rows, (0, []))[1]
+        for line, fields in rows:
+            if len(fields) != len(header):
+                return (f"{path}:{line}: {len(fields)} fields where the header has "
+                        f"{len(header)} (pyarrow: {message})")
+    line = _json_bad_line(path, message) if kind == "json" else None
+    if line is not None:  # pyarrow's row is counted within a block: left out
+        return f"{path}:{line}: {re.sub(r' in row [0-9]+', '', message)}"
+    return f"{path}: not a readable {kind} file (pyarrow: {message})"
+
+
+def _json_bad_line(path: str, message: str) -> int | None:
+    """The line pyarrow's JSON error is about (its row numbers count within a block): the
+    first line that is not a JSON object, or whose value of the column the message names
+    changes JSON type."""
+    got = re.search(r"Column\(/([^)]*)\)", message)
+    seen = None
+    with _open_text(path) as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                return lineno
+            if not isinstance(obj, dict):
+                return lineno
+            value = obj.get(got.group(1)) if got else None
+            if value is not None:
+                kind = ("bool" if isinstance(value, bool) else "number"
+                        if isinstance(value, (int, float)) else type(value).__name__)
+                if seen not in (None, kind):
+                    return lineno
+                seen = kind
+    return None
+
+
+def _read_hf(spec: str) -> dict[str, _Rows]:
+    """A ``datasets`` folder (``{split: rows}``, ``{"": rows}`` for one Dataset) or
+    ``hf:BUILDER:FILE`` (``{"": rows}``)."""
+    try:
+        import datasets
+    except ImportError as e:
+        raise MissingDatasetsError(f"{spec}: a datasets folder or hf:BUILDER:FILE needs the "
+                                   f"datasets package: pip install 'fedjax_sc[hf]'") from e
+    if spec.startswith("hf:"):
+        builder, _, path = spec[3:].partition(":")
+        if builder not in HF_BUILDERS or not path:
+            raise ValueError(f"{spec}: write hf:BUILDER:FILE with BUILDER one of {HF_BUILDERS}")
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{path} not found")
+        loaded = {"": datasets.load_dataset(builder, data_files=path, split="train")}
+    else:
+        got = datasets.load_from_disk(spec)
+        loaded = dict(got) if isinstance(got, datasets.DatasetDict) else {"": got}
+    out = {}
+    for split, ds in loaded.items():
+        table = ds.with_format("arrow")[:]
+        out[split] = _Rows(table, f"{spec}[{split}]" if split else spec, "hf",
+                           np.arange(table.num_rows))
+    return out
+
+
+def _read(spec: str, text_column: str) -> dict[str, _Rows]:
+    """``{"": rows}`` for a file, ``{split: rows}`` for a DatasetDict folder."""
+    if spec.startswith("hf:") or Path(spec).is_dir():
+        return _read_hf(spec)
+    return {"": _read_file(spec, text_column)}
+
+
+def _column(r: _Rows, name: str, flag: str) -> pa.ChunkedArray:
+    if name not in r.table.column_names:
+        raise ValueError(f"{r.path}: no column {name!r} ({flag}); its columns: "
+                         f"{', '.join(r.table.column_names)}")
+    col = r.table.column(name)
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)
+            or pa.types.is_boolean(col.type) or pa.types.is_string(col.type)
+            or pa.types.is_large_string(col.type)):
+        raise ValueError(f"{r.path}: column {name!r} ({flag}) holds {col.type}; it needs "
+                         f"strings, integers, numbers or booleans")
+    return col
+
+
+def _missing(col: pa.ChunkedArray) -> np.ndarray:
+    """bool ``[n]``: null, NaN or an empty / blank string."""
+    gone = pc.is_null(col, nan_is_null=True)
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        gone = pc.or_kleene(gone, pc.equal(pc.utf8_trim_whitespace(col), ""))
+    return np.asarray(gone.to_numpy(zero_copy_only=False), bool)
+
+
+def _check(r: _Rows, columns: dict[str, tuple[str, str]]) -> dict[str, pa.ChunkedArray]:
+    """The named columns of ``r``; the first row with a missing value in any of them (file
+    order) is an error. ``columns``: ``{role: (column, flag)}``."""
+    cols = {role: _column(r, name, flag) for role, (name, flag) in columns.items()}
+    first = None
+    for role, col in cols.items():
+        bad = np.flatnonzero(_missing(col))
+        if bad.size and (first is None or bad[0] < first[0]):
+            first = (bad[0], role)
+    if first is not None:
+        i, role = first
+        what = {"text": "no text (empty or missing)", "label": "no label",
+                "client": "no client", "split": "no split"}[role]
+        raise ValueError(f"{r.where(i)}: column {columns[role][0]!r}: {what}; every row "
+                         f"needs one")
+    return cols
+
+
+def _index(col: pa.ChunkedArray, values: Sequence, r: _Rows, column: str, what: str,
+           other: str) -> np.ndarray:
+    """int ``[n]``: each row's position in ``values``; a value not in it is an error."""
+    value_set = pa.array(values)
+    try:
+        col = col.cast(value_set.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    try:
+        ids = pc.index_in(col, value_set=value_set)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise ValueError(f"{r.path}: column {column!r} holds {col.type}, the {what}s of "
+                         f"{other} are {value_set.type}") from None
+    ids = np.asarray(ids.to_numpy(zero_copy_only=False), np.float64)
+    bad = np.flatnonzero(np.isnan(ids))
+    if bad.size:
+        raise ValueError(f"{r.where(bad[0])}: column {column!r}: {what} "
+                         f"{col[int(bad[0])].as_py()!r} does not occur in {other}")
+    return ids.astype(np.int64)
+
+
+def _corpus(texts: list[str], labels: np.ndarray, source: str) -> Corpus:
+    return Corpus(texts=tuple(texts), labels=np.asarray(labels, np.int32).reshape(len(texts)),
+                  source=source, num_empty=0, num_latin1_lines=0)
+
+
+def _hold_out(corpus: Corpus, fraction: float, seed: int, client: str) -> dict[str, Corpus]:
+    """``datasets.Dataset.train_test_split(test_size=fraction, seed=seed)`` of one client:
+    a ``default_rng(seed)`` permutation, its first ``ceil(fraction * n)`` rows the test split,
+    the rest the training split, both in the permuted order."""
+    n = len(corpus)
+    n_test = math.ceil(fraction * n)
+    if n_test >= n:
+        raise ValueError(f"{corpus.source}: client {client!r} has {n} example(s), too few to "
+                         f"hold out --test-fraction {fraction} and keep one for training")
+    order = np.random.default_rng(seed).permutation(n)
+    return {s: _corpus([corpus.texts[i] for i in idx], corpus.labels[idx],
+                       f"{corpus.source} ({s}; {fraction} held out)")
+            for s, idx in (("train", order[n_test:]), ("test", order[:n_test]))}
+
+
+def read_table(data: str, *, text_column: str, label_column: str,
+               client_column: str | None = None, split_column: str | None = None,
+               test_data: str | None = None, test_fraction: float | None = None,
+               label_names: Sequence | None = None, partition: str = "natural",
+               num_clients: int | None = None, alpha: float | None = None,
+               beta: float | None = None, seed: int = 0,
+               min_partition_size: int = partition_lib.flwr_partition.MIN_PARTITION_SIZE,
+               self_balancing: bool = False) -> TableCorpora:
+    """Reads a table scene's corpora.
+
+    Args:
+      data: a CSV / TSV / JSON-lines / Parquet file, a ``datasets`` folder or
+        ``hf:BUILDER:FILE`` (see the module docstring).
+      text_column, label_column: the columns of the texts and the labels.
+      client_column: one client per distinct value (sorted), its rows in file order
+        (flwr-datasets' ``NaturalIdPartitioner``); needs ``partition="natural"``.
+      split_column: a column of ``train`` / ``test`` values splitting ``data``'s rows.
+      test_data: a file with the same columns: the test split.
+      test_fraction: without a test split, the fraction of each client held out
+        (default :data:`DEFAULT_TEST_FRACTION`), seeded by ``seed``.
+      label_names: the classes, in order (every label must be one of them); None: the
+        training labels' distinct values, sorted.
+      partition, num_clients, alpha, beta, min_partition_size, self_balancing: without a client
+        column, how the rows are split into N clients
+        (:func:`fedjax_sc.data.partition.partition_clients`; the test split alike).
+      seed: the partition seed: partitions and held-out examples.
+
+    Returns:
+      A :class:`TableCorpora`; labels int32 in ``[0, C)``, C = ``len(label_names)``.
+
+    Raises:
+      ValueError: one line naming file, row and column: an unknown extension, a file pyarrow
+        cannot read, a missing column (its columns listed), a row without text (null, empty
+        or blank), label, client or split value, a split value other than ``train`` /
+        ``test``, a test label or client absent from the training rows, one class only, a
+        client without training or test examples; also conflicting arguments.
+      FileNotFoundError: ``data`` or ``test_data`` missing.
+      MissingDatasetsError: (an ImportError) a datasets folder or ``hf:`` without the
+        ``datasets`` package.
+    """
+    if (client_column is None) == (partition == "natural"):
+        raise ValueError("--scene table: give --client-column (the natural partition) or a "
+                         "--partition other than natural with --num-clients, not both")
+    if split_column is not None and test_data is not None:
+        raise ValueError("--split-column and --test-data: give one test split")
+    columns = {"text": (text_column, "--text-column"), "label": (label_column, "--label-column")}
+    if client_column is not None:
+        columns["client"] = (client_column, "--client-column")
+    main = _read(data, text_column)
+    if len(main) > 1 or "" not in main:  # a DatasetDict: its train and test splits
+        if "train" not in main:
+            raise ValueError(f"{data}: a DatasetDict without a 'train' split (splits: "
+                             f"{', '.join(main)})")
+        if "test" in main and (split_column or test_data):
+            raise ValueError(f"{data} has a 'test' split: --split-column and --test-data "
+                             f"do not apply")
+        train, test = main["train"], main.get("test")
+    else:
+        train, test = main[""], None
+    if split_column is not None:  # every row checked in file order, then split
+        split = _check(train, {**columns, "split": (split_column, "--split-column")})["split"]
+        ids = _index(split, ["train", "test"], train, split_column, "split value",
+                     "('train', 'test')")
+        train, test = train.take(ids == 0), train.take(ids == 1)
+    elif test_data is not None:
+        parts = _read(test_data, text_column)
+        test = parts.get("", parts.get("test"))
+        if test is None:
+            raise ValueError(f"{test_data}: a DatasetDict without a 'test' split (splits: "
+                             f"{', '.join(parts)})")
+    splits = {"train": train} if test is None else {"train": train, "test": test}
+    for s, r in splits.items():
+        if not r.table.num_rows:
+            raise ValueError(f"{r.path}: no {s} rows")
+    cols = {s: _check(r, columns) for s, r in splits.items()}
+
+    train_labels = cols["train"]["label"]
+    classes = (list(label_names) if label_names is not None
+               else sorted(pc.unique(train_labels).to_pylist()))
+    if len(classes) < 2:
+        raise ValueError(f"{train.path}: column {label_column!r} holds one class only "
+                         f"({', '.join(map(repr, classes))}); a classifier needs two or more")
+    labels = {s: _index(cols[s]["label"], classes, r, label_column, "label",
+                        "the classes " + (f"{classes}" if label_names is not None else
+                                          f"of the training rows of {train.path}"))
+              for s, r in splits.items()}
+    texts = {s: cols[s]["text"].cast(pa.string()).to_pylist() for s in splits}
+
+    if client_column is None:
+        pooled = {"pooled": {s: _corpus(texts[s], labels[s], r.path) for s, r in splits.items()}}
+        corpora = partition_lib.partition_clients(
+            pooled, partition, num_clients, len(classes), alpha=alpha, beta=beta, seed=seed,
+            min_partition_size=min_partition_size, self_balancing=self_balancing)
+    else:
+        values = sorted(pc.unique(cols["train"]["client"]).to_pylist())
+        corpora = {str(v): {} for v in values}
+        for s, r in splits.items():
+            ids = _index(cols[s]["client"], values, r, client_column, "client",
+                         f"the training rows of {train.path}")
+            for j, v in enumerate(values):
+                idx = np.flatnonzero(ids == j)
+                if not idx.size:
+                    raise ValueError(f"{r.path}: column {client_column!r}: client {v!r} has "
+                                     f"no {s} example")
+                corpora[str(v)][s] = _corpus([texts[s][i] for i in idx], labels[s][idx],
+                                             f"{r.path} [{client_column}={v}]")
+    if test is None:
+        fraction = DEFAULT_TEST_FRACTION if test_fraction is None else test_fraction
+        if not 0 < fraction < 1:
+            raise ValueError(f"--test-fraction must lie in (0, 1), got {fraction}")
+        corpora = {c: _hold_out(parts["train"], fraction, seed, c)
+                   for c, parts in corpora.items()}
+    elif test_fraction is not None:
+        raise ValueError("--test-fraction: the test split is given (--test-data, "
+                         "--split-column or a DatasetDict's 'test')")
+    return TableCorpora(corpora, tuple(classes))

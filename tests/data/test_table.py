@@ -1,0 +1,378 @@
+"""The table scene's reader (fedjax_sc.data.table), flwr-datasets' partitioners
+(fedjax_sc.data.flwr_partition) and the table fields of TrainConfig, on files the tests
+write."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedjax_sc.data import flwr_partition, partition, table
+from fedjax_sc.data.scenes import build_scene
+from fedjax_sc.run.config import TrainConfig, corpus_files
+
+WORDS = {"pos": "good great fine", "neg": "bad awful dull", "mixed": "okay so so"}
+
+
+def rows(n=24, labels=("pos", "neg"), clients=("b", "a")):
+    """``n`` rows: text, label, domain (clients cycle), in a fixed order."""
+    return [{"text": f"review {i} {WORDS.get(str(labels[i % len(labels)]), 'x')}",
+             "label": labels[i % len(labels)], "domain": clients[(i // 2) % len(clients)]}
+            for i in range(n)]
+
+
+def write(path, data):
+    """``data`` (a list of dicts) as CSV / JSON lines / Parquet, by ``path``'s extension."""
+    tab = pa.Table.from_pylist(data)
+    name = str(path)
+    if name.endswith(".parquet"):
+        pq.write_table(tab, path)
+    elif name.endswith(".jsonl"):
+        path.write_text("".join(json.dumps(r) + "\n" for r in data))
+    elif name.endswith(".csv.gz"):
+        with gzip.open(path, "wb") as f:
+            pa_csv.write_csv(tab, f)
+    else:
+        pa_csv.write_csv(tab, path)
+    return path
+
+
+def read(path, **kw):
+    kw = {"text_column": "text", "label_column": "label", "client_column": "domain", **kw}
+    return table.read_table(str(path), **kw)
+
+
+def summary(got):
+    return ({c: {s: (x.texts, x.labels.tolist()) for s, x in parts.items()}
+             for c, parts in got.corpora.items()}, got.label_names)
+
+
+# -------------------------------------------------------------------------------- formats
+
+
+def test_csv_jsonl_parquet_give_identical_scenes(tmp_path):
+    data, test = rows(24), rows(8)
+    scenes = []
+    for ext in ("csv", "jsonl", "parquet", "csv.gz"):
+        got = read(write(tmp_path / f"d.{ext}", data),
+                   test_data=str(write(tmp_path / f"t.{ext}", test)))
+        scenes.append((summary(got), build_scene("table", got.corpora, 2, max_len=6,
+                                                 vocab_size=50)))
+    first, scene0 = scenes[0]
+    assert first[1] == ("neg", "pos") and list(first[0]) == ["a", "b"]
+    for s, scene in scenes[1:]:
+        assert s == first
+        assert scene.vocab.to_json() == scene0.vocab.to_json()
+        np.testing.assert_array_equal(scene.train.tokens, scene0.train.tokens)
+        np.testing.assert_array_equal(scene.test.labels, scene0.test.labels)
+
+
+def test_string_labels_sorted_and_three_classes(tmp_path):
+    got = read(write(tmp_path / "d.csv", rows(30, labels=("pos", "neg", "mixed"))),
+               test_fraction=0.25)
+    assert got.label_names == ("mixed", "neg", "pos")
+    for parts in got.corpora.values():
+        for c in parts.values():
+            for text, y in zip(c.texts, c.labels):
+                assert WORDS[got.label_names[y]] in text
+    scene = build_scene("table", got.corpora, 3, max_len=6, vocab_size=50,
+                        label_names=got.label_names)
+    assert scene.num_classes == 3 and scene.label_names == ("mixed", "neg", "pos")
+
+
+def test_integer_labels_kept_and_others_numbered_in_order(tmp_path):
+    for labels, names in (((2, 0, 1), (0, 1, 2)), ((5, 1, 10), (1, 5, 10))):
+        got = read(write(tmp_path / "d.jsonl", rows(12, labels=labels)), test_fraction=0.3)
+        assert got.label_names == names  # numbers in numeric order, not "1" < "10" < "5"
+        for parts in got.corpora.values():
+            for c in parts.values():
+                for text, y in zip(c.texts, c.labels):
+                    i = int(text.split()[1])
+                    assert names[y] == labels[i % 3]
+
+
+def test_natural_partition_keeps_file_order(tmp_path):
+    data = rows(16, clients=("z", "m", "a"))
+    got = read(write(tmp_path / "d.csv", data), split_column=None,
+               test_data=str(write(tmp_path / "t.csv", rows(9, clients=("a", "m", "z")))))
+    assert list(got.corpora) == ["a", "m", "z"]
+    for name, parts in got.corpora.items():
+        assert parts["train"].texts == tuple(r["text"] for r in data if r["domain"] == name)
+
+
+def test_split_column(tmp_path):
+    data = [dict(r, split="test" if i % 3 == 2 else "train") for i, r in enumerate(rows(24))]
+    got = read(write(tmp_path / "d.parquet", data), split_column="split")
+    for name, parts in got.corpora.items():
+        for s in ("train", "test"):
+            assert parts[s].texts == tuple(r["text"] for r in data
+                                           if r["domain"] == name and r["split"] == s)
+
+
+def test_held_out_fraction_per_client(tmp_path):
+    got = read(write(tmp_path / "d.csv", rows(22)), test_fraction=0.2)
+    sizes = {c: (len(p["train"]), len(p["test"])) for c, p in got.corpora.items()}
+    assert sizes == {"a": (8, 2), "b": (9, 3)}  # ceil(0.2 * 10), ceil(0.2 * 12) held out
+    again = read(write(tmp_path / "d.csv", rows(22)), test_fraction=0.2)
+    assert summary(again) == summary(got)
+
+
+def test_held_out_as_datasets_train_test_split(tmp_path, datasets):
+    got = read(write(tmp_path / "d.csv", rows(22)), test_fraction=0.3, seed=7)
+    a = [r for r in rows(22) if r["domain"] == "a"]
+    ref = datasets.Dataset.from_list(a).train_test_split(test_size=0.3, seed=7)
+    for s in ("train", "test"):
+        assert got.corpora["a"][s].texts == tuple(ref[s]["text"])
+
+
+# ----------------------------------------------------------------------------- partitions
+
+
+def test_iid_and_dirichlet_partitions_without_client_column(tmp_path):
+    path = write(tmp_path / "d.csv", rows(60, labels=("pos", "neg", "mixed")))
+    for kw in (dict(partition="iid", num_clients=4),
+               dict(partition="dirichlet", num_clients=3, alpha=1.0, min_partition_size=2),
+               dict(partition="dirichlet_label", num_clients=3, alpha=1.0),
+               dict(partition="dirichlet_quantity", num_clients=3, beta=5.0)):
+        got = read(path, client_column=None, **kw)
+        assert list(got.corpora) == partition.client_names(kw["num_clients"])
+        texts = [t for parts in got.corpora.values() for c in parts.values() for t in c.texts]
+        assert sorted(texts) == sorted(r["text"] for r in rows(60, ("pos", "neg", "mixed")))
+
+
+def test_dirichlet_test_file_follows_the_training_mix(tmp_path):
+    train = write(tmp_path / "d.csv", rows(300, labels=("pos", "neg", "mixed")))
+    test = write(tmp_path / "t.csv", rows(300, labels=("pos", "neg", "mixed")))
+    got = read(train, client_column=None, test_data=str(test), partition="dirichlet",
+               num_clients=3, alpha=0.3, min_partition_size=1)
+    for parts in got.corpora.values():
+        mix = [np.bincount(parts[s].labels, minlength=3) for s in ("train", "test")]
+        np.testing.assert_array_equal(mix[0], mix[1])  # same labels: the same cuts
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 80), clients=st.integers(1, 9), seed=st.integers(0, 5))
+def test_iid_partition_property(n, clients, seed):
+    if clients > n:
+        with pytest.raises(ValueError, match="cannot be split"):
+            flwr_partition.iid_partition(n, clients, seed)
+        return
+    parts = flwr_partition.iid_partition(n, clients, seed)
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(n))
+    sizes = [len(p) for p in parts]
+    assert sum(sizes) == n and max(sizes) - min(sizes) <= 1
+    assert all(np.array_equal(a, b) for a, b in
+               zip(parts, flwr_partition.iid_partition(n, clients, seed)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 80), classes=st.integers(1, 4), clients=st.integers(1, 6),
+       alpha=st.sampled_from([0.05, 0.5, 5.0]), min_size=st.integers(0, 3),
+       balance=st.booleans(), seed=st.integers(0, 5))
+def test_dirichlet_partition_property(n, classes, clients, alpha, min_size, balance, seed):
+    labels = np.random.default_rng(seed).integers(0, classes, n)
+    run = lambda: flwr_partition.dirichlet_partition(labels, clients, alpha, seed, min_size,
+                                                      balance)
+    try:
+        draw = run()
+    except ValueError as e:
+        assert "cannot be split" in str(e) or "draws gave" in str(e)
+        return
+    assert np.array_equal(np.sort(np.concatenate(draw.parts)), np.arange(n))
+    assert sum(len(p) for p in draw.parts) == n and min(len(p) for p in draw.parts) >= min_size
+    np.testing.assert_allclose(draw.proportions.sum(1), 1.0)
+    assert all(np.array_equal(a, b) for a, b in zip(draw.parts, run().parts))
+    other = flwr_partition.split_like(labels, draw, seed)
+    assert np.array_equal(np.sort(np.concatenate(other)), np.arange(n))
+
+
+def test_iid_is_datasets_shuffle_then_contiguous_shards(datasets):
+    ds = datasets.Dataset.from_dict({"i": list(range(23))}).shuffle(seed=3)
+    ours = flwr_partition.iid_partition(23, 4, seed=3)
+    for j in range(4):
+        assert ds.shard(4, j, contiguous=True)["i"] == ours[j].tolist()
+
+
+def test_dirichlet_retries_then_raises():
+    labels = np.zeros(12, int)
+    with pytest.raises(ValueError, match="none of 11 draws"):
+        flwr_partition.dirichlet_partition(labels, 4, alpha=0.01, min_partition_size=3)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+CSV = ("text,label,domain\n"
+       "fine film,pos,a\n"
+       "\"a review\nover two lines\",neg,a\n"
+       "\n"
+       "{row},pos,b\n")
+
+
+@pytest.mark.parametrize("row, kw, match", [
+    (",neg,a\n", {}, r"d\.csv:7: column 'text': no text"),
+    ("\"   \",neg,a\n", {}, r"d\.csv:7: column 'text': no text"),
+    ("words,,a\n", {}, r"d\.csv:7: column 'label': no label"),
+    ("words,neg,\n", {}, r"d\.csv:7: column 'domain': no client"),
+    ("words,neg,a\n", {"text_column": "body"},
+     r"d\.csv: no column 'body' \(--text-column\); its columns: text, label, domain"),
+    ("words,neg,a,extra\n", {}, r"d\.csv:7: 4 fields where the header has 3"),
+])
+def test_bad_csv_names_file_line_and_column(tmp_path, row, kw, match):
+    path = tmp_path / "d.csv"
+    path.write_text(CSV.format(row="b text") + row)
+    with pytest.raises(ValueError, match=match):
+        read(path, test_fraction=0.5, **kw)
+
+
+def test_bad_jsonl_and_parquet_name_line_or_row(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"text": "a", "label": 1, "domain": "x"}\n\n'
+                    '{"text": "b", "domain": "x"}\n')
+    with pytest.raises(ValueError, match=r"d\.jsonl:3: column 'label': no label"):
+        read(path)
+    path.write_text('{"text": "a", "label": 1, "domain": "x"}\n'
+                    '{"text": "b", "label": "one", "domain": "x"}\n')
+    with pytest.raises(ValueError, match=r"d\.jsonl:2: .*Column\(/label\) changed"):
+        read(path)
+    data = rows(6)
+    data[4]["text"] = ""
+    with pytest.raises(ValueError, match=r"d\.parquet: row 4: column 'text': no text"):
+        read(write(tmp_path / "d.parquet", data))
+
+
+def test_bad_labels_clients_and_splits(tmp_path):
+    one = write(tmp_path / "one.csv", rows(6, labels=("pos",)))
+    with pytest.raises(ValueError, match=r"one\.csv: column 'label' holds one class only"):
+        read(one)
+    train = write(tmp_path / "d.csv", rows(12))
+    test = write(tmp_path / "t.csv", rows(6, labels=("pos", "neg", "mixed")))
+    with pytest.raises(ValueError, match=r"t\.csv:4: column 'label': label 'mixed' does not "
+                       r"occur in the classes of the training rows of .*d\.csv"):
+        read(train, test_data=str(test))
+    lonely = write(tmp_path / "l.csv", rows(4, clients=("a",)))
+    with pytest.raises(ValueError, match=r"l\.csv: column 'domain': client 'b' has no test"):
+        read(train, test_data=str(lonely))
+    tiny = write(tmp_path / "tiny.csv", rows(5, clients=("a", "a", "b")))
+    with pytest.raises(ValueError, match=r"tiny\.csv \[domain=b\]: client 'b' has 1 "
+                       r"example\(s\), too few"):
+        read(tiny)
+    data = [dict(r, split=["train", "dev"][i == 3]) for i, r in enumerate(rows(6))]
+    with pytest.raises(ValueError, match=r"s\.csv:5: column 'split': split value 'dev'"):
+        read(write(tmp_path / "s.csv", data), split_column="split")
+    with pytest.raises(ValueError, match=r"d\.txt: unknown extension '\.txt'"):
+        read(tmp_path / "d.txt")
+    with pytest.raises(ValueError, match=r"unknown extension '\.parquet\.gz'"):
+        read(tmp_path / "d.parquet.gz")
+
+
+# ------------------------------------------------------------------------------- datasets
+
+
+@pytest.fixture
+def datasets(tmp_path, monkeypatch):
+    """``datasets``, offline (HF_DATASETS_OFFLINE=1) with its cache in ``tmp_path``."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    datasets.disable_progress_bars()
+    return datasets
+
+
+def test_datasets_folder_and_hf_spec(tmp_path, datasets):
+    data, test = rows(24), rows(8)
+    ref = summary(read(write(tmp_path / "d.csv", data), test_data=str(write(
+        tmp_path / "t.csv", test))))
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_list(data),
+                               "test": datasets.Dataset.from_list(test)})
+    dd.save_to_disk(str(tmp_path / "dd"))
+    assert summary(read(tmp_path / "dd")) == ref
+    got = read(f"hf:csv:{tmp_path / 'd.csv'}", test_data=f"hf:csv:{tmp_path / 't.csv'}")
+    assert summary(got) == ref
+    data[2]["label"] = None
+    datasets.Dataset.from_list(data).save_to_disk(str(tmp_path / "ds"))
+    with pytest.raises(ValueError, match=r"ds: row 2: column 'label': no label"):
+        read(tmp_path / "ds")
+    c = TrainConfig(scene="table", data=str(tmp_path / "dd"), text_column="text",
+                    label_column="label", client_column="domain").resolved()
+    assert c.test_fraction is None  # the DatasetDict's own test split
+    names = sorted(p.name for p in corpus_files(c))
+    assert "dataset_dict.json" in names and names.count("state.json") == 2
+
+
+def test_datasets_missing_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(ImportError, match=r"fedjax_sc\[hf\]"):
+        read("hf:csv:x.csv")
+
+
+# ------------------------------------------------------------------------------ the config
+
+
+def test_config_checks_and_defaults(tmp_path):
+    path = write(tmp_path / "d.csv", rows(12))
+    base = dict(scene="table", data=str(path), text_column="text", label_column="label")
+    c = TrainConfig(**base, client_column="domain").resolved()
+    assert (c.test_fraction, c.max_len, c.batch_size, c.lr) == (0.2, 200, 8, 0.01)
+    assert corpus_files(c) == [path.resolve()]
+    bad = [
+        (dict(base, data=None, client_column="domain"), "--scene table needs --data"),
+        (dict(base, label_column=None, client_column="domain"), "needs --label-column"),
+        (dict(scene="synthetic", text_column="text"), "--text-column applies to --scene table"),
+        (dict(base), "without --client-column: choose"),
+        (dict(base, client_column="domain", partition="iid", num_clients=2),
+         "leave it out with --partition iid"),
+        (dict(base, client_column="domain", test_fraction=1.0), "must lie in"),
+        (dict(base, client_column="domain", test_data=str(path), test_fraction=0.1),
+         "--test-fraction applies without"),
+        (dict(base, partition="iid", num_clients=2, alpha=1.0), "iid takes no --alpha"),
+        (dict(base, partition="dirichlet", num_clients=2), "dirichlet takes --alpha"),
+        (dict(base, partition="iid", num_clients=2, self_balancing=True),
+         "apply to --partition dirichlet"),
+    ]
+    for kw, match in bad:
+        with pytest.raises(ValueError, match=match):
+            TrainConfig(**kw).resolved()
+
+
+def test_hold_out_size_is_ceil(tmp_path):
+    for n, f in ((2, 0.2), (7, 0.5), (10, 0.25), (13, 0.01)):
+        got = read(write(tmp_path / "d.csv", rows(n, clients=("a",)), ), client_column=None,
+                   partition="iid", num_clients=1, test_fraction=f)
+        parts = got.corpora["client0000"]
+        assert (len(parts["test"]), len(parts["train"])) == (math.ceil(f * n),
+                                                             n - math.ceil(f * n))
+
+
+def test_flwr_partitions_on_other_scenes():
+    from fedjax_sc.run.config import load_scene
+    small = dict(scene="synthetic", synthetic_clients=2, synthetic_train=12, synthetic_test=6,
+                 max_len=8)
+    for kw in (dict(partition="iid", num_clients=3),
+               dict(partition="dirichlet", num_clients=3, alpha=1.0, min_partition_size=1)):
+        scene = load_scene(TrainConfig(**small, **kw).resolved())
+        assert scene.client_names == ("client0000", "client0001", "client0002")
+        assert int(scene.train.counts.sum()) == 12 + 7 and int(scene.test.counts.sum()) == 12
+        assert scene.label_names is None
+
+
+def test_table_scene_without_pyarrow_names_the_extra(monkeypatch, tmp_path):
+    import fedjax_sc.data
+    from fedjax_sc.run import table_scene
+    monkeypatch.delattr(fedjax_sc.data, "table")
+    monkeypatch.delitem(sys.modules, "fedjax_sc.data.table")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(ImportError, match=r"pip install 'fedjax_sc\[table\]'"):
+        TrainConfig(scene="table", data=str(tmp_path / "d.csv"), text_column="text",
+                    label_column="label", client_column="domain").resolved()
+    assert table_scene.FIELDS[0] == "data"
