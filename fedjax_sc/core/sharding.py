@@ -67,14 +67,46 @@ def put_replicated(tree: Any, mesh: Mesh) -> Any:
 
 
 def to_host(tree: Any) -> Any:
-    """Every leaf as a NumPy array on this host, whole: a leaf sharded over several processes'
-    devices (not fully addressable here) is gathered from all of them
-    (``multihost_utils.process_allgather``, a collective: every process must call it)."""
+    """Every leaf as a NumPy array on this host, whole: the leaves sharded over several
+    processes' devices (not fully addressable here) are gathered from all of them, in one
+    compiled all-gather for those placed with a ``NamedSharding`` (a collective: every
+    process must call it, as ``multihost_utils.process_allgather``, which gathers the
+    others); a replicated leaf is read from this process's own copy."""
     from jax.experimental import multihost_utils
+    leaves, treedef = jax.tree.flatten(tree)
+    far = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array)
+           and not x.is_fully_addressable and not x.sharding.is_fully_replicated]
+    named = [i for i in far if isinstance(leaves[i].sharding, NamedSharding)]
+    if named:
+        whole = [leaves[i].sharding.update(spec=P()) for i in named]
+        gathered = jax.jit(_identity, out_shardings=whole)([leaves[i] for i in named])
+        for i, x in zip(named, gathered):
+            leaves[i] = x
 
     def get(x):
         if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            if x.sharding.is_fully_replicated:
+                return np.asarray(x.addressable_data(0))
             return np.asarray(multihost_utils.process_allgather(x, tiled=True))
         return np.asarray(jax.device_get(x))
 
-    return jax.tree.map(get, tree)
+    return jax.tree.unflatten(treedef, [get(x) for x in leaves])
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def local(tree: Any) -> Any:
+    """``tree`` with every leaf that spans other processes' devices gathered into a NumPy
+    array here (:func:`to_host`, a collective: every process must call it); every other leaf
+    as it is. With one process, ``tree`` itself: a whole computation on the result then runs
+    in this process alone (the evaluation, the Ap phase)."""
+    leaves, treedef = jax.tree.flatten(tree)
+    far = [i for i, x in enumerate(leaves)
+           if isinstance(x, jax.Array) and not x.is_fully_addressable]
+    if not far:
+        return tree
+    for i, x in zip(far, to_host([leaves[i] for i in far])):
+        leaves[i] = x
+    return jax.tree.unflatten(treedef, leaves)

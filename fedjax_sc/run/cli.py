@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fedjax_sc.run import config
+from fedjax_sc.run import config, processes
 from fedjax_sc.run.options import default as _d
 from fedjax_sc.run.options import train_arguments
 
@@ -34,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Federated training. Options left out take the scene's paper preset: "
         + presets, formatter_class=_HelpFormatter, allow_abbrev=False)
     train_arguments(t)
+    processes.add_arguments(t)
     t.add_argument("--config", metavar="RUN/config.json",
                    help="rerun a saved run: its configuration, with the flags given here "
                    "overriding it (e.g. --rounds 2 --out runs/rerun); on the same machine it "
@@ -50,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter)
     q.add_argument("table", choices=TABLES)
     train_arguments(q, grid=True)
+    processes.add_arguments(q)
     q.add_argument("--seeds", type=int, help="number of seeds 0..N-1 (default: 1 with "
                    "--quick, else 3)")
     q.add_argument("--population-size", type=int, metavar="P",
@@ -206,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         args["pca_band"] = tuple(args["pca_band"])
     from fedjax_sc.run.train import NonFiniteUpdateError
     try:
+        if command in ("train", "reproduce"):  # before anything touches a device
+            processes.start(**processes.pop_arguments(args))
         if command == "train":
             config_path = args.pop("config")
             if config_path:
@@ -240,33 +244,46 @@ def main(argv: list[str] | None = None) -> int:
                   sigma=args["sigma"], ks=args["top_k"])
     except KeyboardInterrupt:  # Ctrl-C: one line, what is saved and how to go on
         print(f"fedjax-sc: interrupted; {_saved(command, args)}", file=sys.stderr)
-        return 130
-    except OSError as e:  # FileExistsError, FileNotFoundError, permissions, a full disk...
-        print(f"fedjax-sc: error: {_os_error(e)}", file=sys.stderr)
-        return 1
-    except (NonFiniteUpdateError, ValueError, RuntimeError) as e:
-        print(f"fedjax-sc: error: {e}", file=sys.stderr)
-        return 1
+        return processes.leave(130)
+    except Exception as e:
+        lost = processes.lost_contact(e)  # several processes, one of them gone
+        if lost:
+            print(f"fedjax-sc: error: {lost}; {_saved(command, args, everyone=True)}",
+                  file=sys.stderr)
+        elif isinstance(e, OSError):  # FileExistsError, FileNotFoundError, a full disk...
+            print(f"fedjax-sc: error: {_os_error(e)}", file=sys.stderr)
+        elif isinstance(e, (NonFiniteUpdateError, ValueError, RuntimeError)):
+            print(f"fedjax-sc: error: {e}", file=sys.stderr)
+        elif processes.several():  # a bug: its traceback, without waiting for the others
+            import traceback
+            traceback.print_exc()
+        else:
+            raise
+        return processes.leave(1)  # several processes: at once, the others notice
+    processes.barrier("fedjax-sc done")  # then every process meets JAX's shutdown barrier
     return 0
 
 
-def _saved(command: str, args: dict) -> str:
-    """What an interrupted command left, for its one-line message."""
+def _saved(command: str, args: dict, everyone: bool = False) -> str:
+    """What an interrupted command left, for its one-line message; ``everyone``: the
+    command is to be restarted in every process."""
+    again = "in every process " if everyone else ""
     if command == "reproduce":
         return ("finished runs and every run's last finished round are kept in the store; "
-                "rerun the same command to go on")
+                f"rerun the same command {again}to go on")
     if command != "train":
         return "nothing was written"
     if (Path(args["out"]) / "population.json").exists():
         return (f"every member's last finished round is saved in its folder under "
-                f"{args['out']}; add --resume to the same command to go on from there")
+                f"{args['out']}; add --resume to the same command {again}to go on from there")
     ckpts = Path(args["out"]) / "checkpoints"
     rounds = sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) \
         if ckpts.is_dir() else []
     if not rounds:
         return f"no round had finished; nothing to resume in {args['out']}"
-    return (f"round {rounds[-1]} is saved in {ckpts}; add --resume to the same command to go "
-            f"on from there")
+    return (f"round {rounds[-1]} is saved in {ckpts}; add --resume to the same command "
+            f"{again}to go on from there" + (" (with any number of processes)" if everyone
+                                              else ""))
 
 
 def _os_error(e: OSError) -> str:

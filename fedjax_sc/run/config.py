@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from fedjax_sc.core import participation, personalize
-from fedjax_sc.data import partition, scenes
+from fedjax_sc.data import flwr_partition, partition, scenes
 from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu, read_iyy
-from fedjax_sc.run import registry
+from fedjax_sc.run import registry, table_scene
 from fedjax_sc.run.registry import ALGORITHMS
 
 SCENE_DEFAULTS: dict[str, dict[str, float | int]] = {
@@ -42,15 +42,18 @@ SCENE_DEFAULTS: dict[str, dict[str, float | int]] = {
     # Built-in scene (fedjax_sc.data.scenes.synthetic_scene): small and fast. LR 0.1 because
     # its randomly initialised embeddings need larger steps than GloVe-initialised ones.
     "synthetic": {"rounds": 10, "batch_size": 8, "lr": 0.1, "max_len": 48},
+    # A corpus of one's own (fedjax_sc.data.table): FDU's, the paper's for short English reviews
+    # of 1-2k per client (FDU as a table trains as --scene fdu); big clients: --batch-size 32.
+    "table": {"rounds": 50, "batch_size": 8, "lr": 0.01, "max_len": 200},
 }
 
 NUM_CLASSES = {"fdu": 2, "iyy": 5, "synthetic": 2}
-"""C per scene (binary sentiment; IYY's 1-5 stars)."""
+"""C per scene (binary sentiment; IYY's 1-5 stars); the table scene's is its data's."""
 
 EMBED_DIM = {"random": 200, "glove-6b-50d": 50}
 """Embedding size d per initialisation: 200 as the paper; 50 for the GloVe 6B 50d vectors."""
 
-SCENES = ("synthetic", "fdu", "iyy")
+SCENES = ("synthetic", "fdu", "iyy", "table")
 DTYPES = ("float32", "bfloat16")
 EMBEDDINGS = tuple(EMBED_DIM)
 
@@ -65,8 +68,20 @@ class TrainConfig:
     """Everything that defines a run (``None`` = the scene's preset, :data:`SCENE_DEFAULTS`).
 
     Attributes:
-      scene: ``synthetic`` | ``fdu`` | ``iyy``.
+      scene: ``synthetic`` | ``fdu`` | ``iyy`` | ``table`` (a corpus of one's own).
       data_dir: corpus directory (fdu, iyy).
+      data / test_data: table: the labelled texts (CSV, JSON lines, Parquet, a datasets
+        folder or ``hf:BUILDER:FILE``; :mod:`fedjax_sc.data.table`) and an optional test file.
+      text_column / label_column: table: the columns of the texts and of the labels.
+      client_column: table: one client per value, sorted (flwr-datasets' NaturalIdPartitioner);
+        None: ``partition`` splits the rows into ``num_clients``.
+      split_column: table: a column of ``train`` / ``test`` values splitting ``data``.
+      test_fraction: table without a test split: each client's share held out, seeded by
+        ``partition_seed`` (default 0.2: FDU-MTL's 400 of 2,000 reviews per domain).
+      label_names: table: the label value of each class, filled from the data when a run is
+        written (the labels' distinct values, sorted); set, it fixes the classes and order.
+      min_partition_size / self_balancing: partition ``dirichlet``: flwr-datasets'
+        DirichletPartitioner settings (defaults as flwr-datasets: 10, False).
       algorithm: a key of :data:`ALGORITHMS`.
       rounds: number of federated rounds (paper: 50 FDU, 20 IYY).
       local_epochs: local epochs per round (paper: 2).
@@ -129,9 +144,11 @@ class TrainConfig:
       domains: FDU domains to use as clients (default: all 16, paper Table 1 order).
       partition: ``natural`` (one client per domain) or ``dirichlet_label`` /
         ``dirichlet_quantity``: the domains pooled and split into ``num_clients`` clients
-        (FedNLP, :mod:`fedjax_sc.data.partition`); every split the same way.
+        (FedNLP, :mod:`fedjax_sc.data.partition`); every split the same way; or ``iid`` /
+        ``dirichlet``, flwr-datasets' IidPartitioner / DirichletPartitioner.
       num_clients: N of a Dirichlet partition.
-      alpha: label-skew concentration (dirichlet_label; with dirichlet_quantity: combined).
+      alpha: label-skew concentration (dirichlet_label; with dirichlet_quantity: combined;
+        dirichlet: each class's shares over the clients ~ Dir(alpha)).
       beta: quantity-skew concentration (dirichlet_quantity; with dirichlet_label: combined).
       partition_seed: the data's seed: the Dirichlet partition and the synthetic scene's
         reviews (kept apart from ``seed`` so that training seeds share one dataset, and the
@@ -141,6 +158,18 @@ class TrainConfig:
         (sampled with probability proportional to N^k, equal aggregation weights, so the
         expected update is the full weighted mean; Li et al. 2020, "On the convergence of
         FedAvg on non-IID data", scheme I without replacement).
+      local_steps: heterogeneous local work (:mod:`fedjax_sc.core.heterogeneity`): ``"N"``,
+        N local steps for every client each round, or ``"LO:HI"``, drawn per client and
+        round uniformly from LO..HI; None: ``local_epochs`` epochs of the client's own data
+        (work proportional to N^k, the paper's setting).
+      client_dropout: probability that a client misses a round (it trains and uploads
+        nothing; the others' weights are renormalised); 0: none.
+      straggler_fraction: fraction of the clients that straggle each round (FedProx's
+        systems heterogeneity); 0: none.
+      straggler_policy: ``partial`` (a straggler's partial work is aggregated) or ``drop``
+        (discarded, as FedAvg's handling in the FedProx paper).
+      aggregation: ``mean`` (N^k-weighted, FedAvg) or ``fednova`` (normalised averaging,
+        Wang et al. 2020, for unequal local work).
       dev_holdout: hold out the last 200 lines of each ``.task.train`` (not used by the paper).
       allow_empty_clients: keep a client whose train or test file has no example (it trains
         nothing, or is left out of the averages and shown as n/a); False refuses it, naming
@@ -149,6 +178,11 @@ class TrainConfig:
       synthetic_clients / synthetic_train / synthetic_test: synthetic scene sizes.
       tensorboard: also write the metrics as TensorBoard event files in
         ``out/tensorboard/`` (:mod:`fedjax_sc.run.tracking`; needs tensorboardX).
+      wandb: also log the metrics, this configuration and the final Ag/Ap to a Weights &
+        Biases run whose files are in ``out/wandb/`` (:mod:`fedjax_sc.run.tracking`).
+      wandb_project: the W&B project.
+      wandb_mode: ``offline`` (the run stays in ``out/wandb/`` until ``wandb sync``) or
+        ``online``; offline unless asked, so that a simulation sends nothing anywhere.
       out: output directory.
       resume: continue from the last checkpoint in ``out``.
       overwrite: replace an earlier run in ``out``: its files are deleted once the new run's
@@ -158,6 +192,16 @@ class TrainConfig:
 
     scene: str = "synthetic"
     data_dir: str | None = None
+    data: str | None = None
+    test_data: str | None = None
+    text_column: str | None = None
+    label_column: str | None = None
+    client_column: str | None = None
+    split_column: str | None = None
+    test_fraction: float | None = None
+    label_names: tuple | None = None
+    min_partition_size: int = flwr_partition.MIN_PARTITION_SIZE
+    self_balancing: bool = False
     algorithm: str = "fedavg"
     rounds: int | None = None
     local_epochs: int = 2
@@ -212,6 +256,11 @@ class TrainConfig:
     partition_seed: int = 0
     clients_per_round: int | None = None
     sampling: str = "uniform"
+    local_steps: str | None = None
+    client_dropout: float = 0.0
+    straggler_fraction: float = 0.0
+    straggler_policy: str = "partial"
+    aggregation: str = "mean"
     dev_holdout: bool = False
     allow_empty_clients: bool = False
     local_vocab: bool = True
@@ -219,6 +268,9 @@ class TrainConfig:
     synthetic_train: int = _synthetic("train_per_client")
     synthetic_test: int = _synthetic("test_per_client")
     tensorboard: bool = False
+    wandb: bool = False
+    wandb_project: str = "fedjax-sc"
+    wandb_mode: str = "offline"
     out: str = "runs/latest"
     resume: bool = False
     overwrite: bool = False
@@ -243,7 +295,7 @@ class TrainConfig:
             raise ValueError("--resume and --overwrite exclude each other")
         if self.domains is not None and self.scene != "fdu":
             raise ValueError("--domains applies to --scene fdu only")
-        if self.scene != "synthetic" and not self.data_dir:
+        if self.scene in ("fdu", "iyy") and not self.data_dir:
             raise ValueError(f"--scene {self.scene} needs --data-dir")
         if self.domains is not None:
             repeated = sorted({d for d in self.domains if list(self.domains).count(d) > 1})
@@ -259,6 +311,7 @@ class TrainConfig:
         preset = SCENE_DEFAULTS[self.scene]
         c = dataclasses.replace(self, **{k: v for k, v in preset.items()
                                          if getattr(self, k) is None})
+        c = dataclasses.replace(c, **table_scene.check(c))
         if c.data_dir is not None:  # one spelling of the folder in config.json
             c.data_dir = str(Path(c.data_dir).expanduser().resolve())
         if c.embeddings in EMBEDDINGS:
@@ -307,6 +360,8 @@ class TrainConfig:
                                  "dirichlet_label or dirichlet_quantity")
         elif c.num_clients is None or c.num_clients < 1:
             raise ValueError(f"--partition {c.partition} needs --num-clients >= 1")
+        partition.check_flwr(c.partition, c.alpha, c.beta, c.min_partition_size,
+                             c.self_balancing)
         if c.sampling not in participation.SAMPLINGS:
             raise ValueError(f"unknown sampling {c.sampling!r}; choose from "
                              f"{participation.SAMPLINGS}")
@@ -322,7 +377,14 @@ def _flag(field: str) -> str:
 
 def load_scene(c: TrainConfig) -> scenes.Scene:
     """The scene a resolved config names: its domains' corpora, re-partitioned into
-    ``c.num_clients`` clients unless ``c.partition`` is ``natural``, then ``build_scene``."""
+    ``c.num_clients`` clients unless ``c.partition`` is ``natural``, then ``build_scene``
+    (the table scene: :func:`fedjax_sc.run.table_scene.load`, C from its data)."""
+    if c.scene == "table":
+        corpora, label_names = table_scene.load(c)
+        name = "table" if c.partition == "natural" else f"table-{c.partition}"
+        return scenes.build_scene(name, corpora, num_classes=len(label_names),
+                                  max_len=c.max_len, vocab_size=c.vocab_size,
+                                  allow_empty=c.allow_empty_clients, label_names=label_names)
     if c.scene == "fdu":
         corpora = read_fdu(c.data_dir, domains=c.domains or FDU_DOMAINS,
                            dev_holdout=c.dev_holdout)
@@ -336,8 +398,10 @@ def load_scene(c: TrainConfig) -> scenes.Scene:
     num_classes = NUM_CLASSES[c.scene]
     name = c.scene
     if c.partition != "natural":
-        corpora = partition.repartition(corpora, c.partition, c.num_clients, num_classes,
-                                        alpha=c.alpha, beta=c.beta, seed=c.partition_seed)
+        corpora = partition.partition_clients(
+            corpora, c.partition, c.num_clients, num_classes, alpha=c.alpha, beta=c.beta,
+            seed=c.partition_seed, min_partition_size=c.min_partition_size,
+            self_balancing=c.self_balancing)
         name = f"{c.scene}-{c.partition}"
     return scenes.build_scene(name, corpora, num_classes=num_classes, max_len=c.max_len,
                               vocab_size=c.vocab_size, allow_empty=c.allow_empty_clients)
@@ -351,7 +415,7 @@ def corpus_files(c: TrainConfig) -> list[Path]:
                 for s in ("train", "test")]
     if c.scene == "iyy":
         return [Path(c.data_dir) / name for pair in IYY_FILES.values() for name in pair]
-    return []
+    return table_scene.files(c) if c.scene == "table" else []
 
 
 def config_from_json(fields: dict[str, Any]) -> TrainConfig:
@@ -367,11 +431,13 @@ def config_diff(saved: dict[str, Any], c: TrainConfig) -> dict[str, tuple[Any, A
     """``{field: (saved, now)}`` for the training settings in which a saved ``config.json``
     differs from ``c``. The rounds, the output folder and the Ap phase's settings may differ
     (a run continues, or only its evaluation is redone), and so may the spelling of the data
-    folder (the data themselves are compared by their fingerprint,
+    folder or files and the table scene's ``label_names``, read from its data (the data
+    themselves are compared by their fingerprint,
     :func:`fedjax_sc.run.rundir.check_resume_data`); a field an older version did not write is
     compared with its default (what that version did)."""
-    ignore = {"rounds", "resume", "overwrite", "out", "ap", "ap_evals", "ap_steps",
-              "ap_lr_mult", "ap_mode", "data_dir", "tensorboard"}
+    ignore = {"rounds", "resume", "overwrite", "out", "ap", "ap_evals", "ap_steps", "data",
+              "ap_lr_mult", "ap_mode", "data_dir", "tensorboard", "test_data", "label_names",
+              "wandb", "wandb_project", "wandb_mode"}
     defaults = json.loads(json.dumps(dataclasses.asdict(TrainConfig())))
     now = json.loads(json.dumps(dataclasses.asdict(c)))
     return {k: (saved.get(k, defaults[k]), v) for k, v in now.items()

@@ -191,10 +191,10 @@ def member_bytes(c: TrainConfig) -> int:
 
 
 def free_bytes() -> int:
-    """Free memory of the first device (an accelerator's ``memory_stats``), else of the host
-    (``os.sysconf``), in bytes."""
+    """Free memory of this process's first device (an accelerator's ``memory_stats``), else of
+    the host (``os.sysconf``), in bytes."""
     import jax
-    stats = jax.devices()[0].memory_stats() or {}
+    stats = jax.local_devices()[0].memory_stats() or {}
     if "bytes_limit" in stats:
         return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -202,5 +202,12 @@ def free_bytes() -> int:
 
 def fitting(c: TrainConfig) -> int:
     """The default population size: as many members as half the free memory holds by
-    :func:`member_bytes` (at least 1)."""
-    return max(1, free_bytes() // 2 // member_bytes(c.resolved()))
+    :func:`member_bytes` (at least 1). With several processes, the least free memory of any
+    of them (an all-gather: every process must call it), so that all form the same groups."""
+    from fedjax_sc.run import processes
+    free = free_bytes()
+    if processes.several():
+        from jax.experimental import multihost_utils
+        mib = multihost_utils.process_allgather(np.int32(min(free >> 20, 2**31 - 1)))
+        free = int(np.min(mib)) << 20  # MiB: JAX's integers are 32-bit by default
+    return max(1, free // 2 // member_bytes(c.resolved()))

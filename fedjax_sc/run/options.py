@@ -15,6 +15,7 @@ def default(field: str):
 
 def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     """The options of one run; ``grid``: those shared by every run of a reproduction."""
+    from fedjax_sc.data.partition import PARTITIONS
     from fedjax_sc.run.members import GRID_NAMES
     from fedjax_sc.run.train import ALGORITHMS, DTYPES, SCENES
     t.add_argument("--scene", choices=SCENES, default=default("scene"))
@@ -90,12 +91,14 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    "loop) or every domain's batch per step with the gradients summed")
     f = t.add_argument_group("scale: partitions, participation, server optimizer (FedNLP, "
                              "FedOpt)")
-    f.add_argument("--partition", choices=("natural", "dirichlet_label", "dirichlet_quantity"),
+    f.add_argument("--partition", choices=PARTITIONS,
                    default=default("partition"), help="natural: one client per domain; dirichlet_*: the "
-                   "domains pooled and split into --num-clients clients (test split likewise)")
+                   "domains pooled and split into --num-clients clients (test split likewise); "
+                   "iid, dirichlet: flwr-datasets' IidPartitioner, DirichletPartitioner")
     f.add_argument("--num-clients", type=int, help="N of a Dirichlet partition")
     f.add_argument("--alpha", type=float, help="label skew: q ~ Dir(alpha p) (small: near one "
-                   "class per client)")
+                   "class per client); dirichlet: each class's shares over the clients ~ "
+                   "Dir(alpha)")
     f.add_argument("--beta", type=float, help="quantity skew: sizes ~ Dir_N(beta)")
     f.add_argument("--partition-seed", type=int, default=default("partition_seed"),
                    help="the data's seed: the Dirichlet partition and the synthetic reviews "
@@ -104,6 +107,24 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="M clients sampled per round without replacement (default: all)")
     f.add_argument("--sampling", choices=("uniform", "size"), default=default("sampling"),
                    help="uniform (N^k-weighted mean) or proportional to N^k (plain mean)")
+    h = t.add_argument_group("heterogeneous clients (masks in the one compiled round)")
+    h.add_argument("--local-steps", metavar="N|LO:HI",
+                   help="local steps per client and round: N for every client, or drawn "
+                   "uniformly from LO..HI per client and round (default: --local-epochs "
+                   "epochs of the client's own data, work proportional to N^k)")
+    h.add_argument("--client-dropout", type=float, default=default("client_dropout"),
+                   metavar="P", help="probability that a client misses a round: it trains "
+                   "and uploads nothing, the others' weights are renormalised")
+    h.add_argument("--straggler-fraction", type=float, default=default("straggler_fraction"),
+                   metavar="F", help="fraction of the clients that straggle each round "
+                   "(FedProx's systems heterogeneity)")
+    h.add_argument("--straggler-policy", choices=("partial", "drop"),
+                   default=default("straggler_policy"), help="partial: a straggler runs "
+                   "1..tau-1 of its tau steps and its update is aggregated; drop: its update "
+                   "is discarded")
+    h.add_argument("--aggregation", choices=("mean", "fednova"), default=default("aggregation"),
+                   help="mean: N^k-weighted (FedAvg); fednova: normalised averaging for "
+                   "unequal local work (Wang et al. 2020)")
     f.add_argument("--server-opt", choices=("sgd", "momentum", "adam", "yogi", "adagrad"),
                    help="FedOpt: optax optimizer on the pseudo-gradient (default: none, "
                    "the aggregate is the model; sgd with --server-lr 1 is the same)")
@@ -113,6 +134,32 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="server momentum / Adam-Yogi b1")
     f.add_argument("--server-tau", type=float, default=default("server_tau"),
                    help="adaptivity eps of adam, yogi, adagrad (Reddi et al.'s tau)")
+    o = t.add_argument_group(("" if grid else "a corpus of your own (--scene table) and ")
+                             + "flwr-datasets' Dirichlet partition")
+    if not grid:
+        o.add_argument("--data", metavar="FILE", help="the labelled texts: .csv / .tsv (.gz), "
+                       ".jsonl / .json (one object per line) or .parquet; a datasets "
+                       "save_to_disk folder or hf:BUILDER:FILE (needs fedjax_sc[hf])")
+        o.add_argument("--test-data", metavar="FILE", help="the test split, with the same "
+                       "columns (default: --test-fraction of each client held out)")
+        o.add_argument("--text-column", metavar="C", help="the column of the texts")
+        o.add_argument("--label-column", metavar="C", help="the column of the labels: the "
+                       "classes are its distinct values, sorted (integers 0..C-1 keep theirs); "
+                       "config.json records them as label_names")
+        o.add_argument("--client-column", metavar="C", help="one client per distinct value, "
+                       "sorted (flwr-datasets' NaturalIdPartitioner); without it, give "
+                       "--partition and --num-clients")
+        o.add_argument("--split-column", metavar="C", help="a column of train / test values "
+                       "splitting --data into the two splits")
+        o.add_argument("--test-fraction", type=float, metavar="F", help="without a test split: "
+                       "each client's share held out (at least one example), seeded by "
+                       "--partition-seed (default 0.2: FDU-MTL's 400 of 2,000 per domain)")
+    o.add_argument("--min-partition-size", type=int, default=default("min_partition_size"),
+                   metavar="M", help="--partition dirichlet: redraw until every client has M "
+                   "training examples (at most 11 draws; flwr-datasets' default)")
+    o.add_argument("--self-balancing", action="store_true", help="--partition dirichlet: give "
+                   "a client no more examples once it holds more than the average (default: "
+                   "off, as flwr-datasets)")
     t.add_argument("--furl-dim", type=int, default=default("furl_dim"),
                    help="size of a FURL private user vector concatenated to the pooled "
                    "text feature (0: none)")
@@ -177,6 +224,16 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     t.add_argument("--tensorboard", action="store_true",
                    help="also write the metrics as TensorBoard event files in "
                    "<out>/tensorboard (needs fedjax_sc[tensorboard])")
+    t.add_argument("--wandb", action="store_true",
+                   help="also log the metrics, the configuration and the final Ag/Ap to a "
+                   "Weights & Biases run in <out>/wandb (needs fedjax_sc[wandb])")
+    t.add_argument("--wandb-project", metavar="NAME", default=default("wandb_project"),
+                   help="the W&B project of --wandb")
+    t.add_argument("--wandb-mode", choices=("offline", "online"), default=default("wandb_mode"),
+                   help="offline: the run stays in <out>/wandb until `wandb sync` uploads it; "
+                   "online: also streamed to the W&B server. Offline unless asked: a simulator "
+                   "sends nothing anywhere by itself (WANDB_MODE is not read; config.json "
+                   "records the mode)")
     t.add_argument("--resume", action="store_true", help="continue from the last checkpoint "
                    "(refused if the data or the vocabulary changed)")
     t.add_argument("--overwrite", action="store_true",

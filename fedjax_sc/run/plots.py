@@ -205,9 +205,12 @@ def _axes(figsize: tuple[float, float]) -> tuple[Any, Any]:
 
 
 def _save(fig: Any, ax: Any, path: str | Path, title: str | None) -> Path:
+    """Writes the figure to ``path`` (process 0 of several; the others only return it)."""
+    from fedjax_sc.run.processes import primary
     if title:
         ax.set_title(title)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=_PNG_DPI, format="png", bbox_inches="tight")  # room for the legend
+    if primary():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=_PNG_DPI, format="png", bbox_inches="tight")  # room for legend
     return path

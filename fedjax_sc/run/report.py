@@ -10,7 +10,7 @@ import numpy as np
 
 from fedjax_sc.algorithms import dp_sgd
 from fedjax_sc.core import personalize
-from fedjax_sc.core.evaluate import mean_accuracy
+from fedjax_sc.core.evaluate import accuracy_list, mean_accuracy
 from fedjax_sc.data import scenes
 
 
@@ -106,6 +106,42 @@ def environment() -> dict[str, str]:
     return {"python": platform.python_version(), "platform": platform.platform(),
             "machine": platform.machine(), "processor": platform.processor(),
             "device": f"{jax.devices()[0].platform}: {jax.devices()[0].device_kind} x "
-                      f"{jax.device_count()}",
+                      f"{jax.device_count()}" + (f" in {jax.process_count()} processes"
+                                                 if jax.process_count() > 1 else ""),
             **{p: version(p) for p in ("fedjax_sc", "jax", "jaxlib", "flax", "optax",
                                        "numpy", "orbax-checkpoint")}}
+
+
+def round_row(r: int, m: Any, ag: np.ndarray | None, personal: dict[str, np.ndarray] | None,
+              mode: str, seconds: float, comm: dict[str, Any] | None,
+              clients: np.ndarray | None, hetero: bool) -> dict[str, Any]:
+    """One round's line of ``metrics.jsonl``.
+
+    Args:
+      r: the round (1-based).
+      m: the round's :class:`~fedjax_sc.core.round.RoundMetrics` as numpy ``[K]`` arrays.
+      ag: Ag^k ``[K]`` or None; personal: ``{mode: [K]}`` or None; mode: the Ap mode.
+      seconds: the round's wall time.
+      comm: the communication summary (None for centralised training).
+      clients: the indices of the sampled clients (partial participation), else None.
+      hetero: heterogeneous clients: the train loss and aux means cover the clients that
+        ran at least one step (``participants`` lists them); without, every client.
+    """
+    took_part = m.steps > 0 if hetero and np.any(m.steps > 0) else np.ones_like(m.steps, bool)
+    row = {"phase": "round", "round": r, "train_loss": float(np.mean(m.train_loss[took_part])),
+           "Ag": None if ag is None else mean_accuracy(ag),
+           "seconds": seconds, "client_steps_per_s": int(m.steps.sum()) / seconds,
+           "train_loss_per_client": m.train_loss.round(5).tolist(),
+           "Ag_per_client": None if ag is None else accuracy_list(ag),
+           "aux": {k: float(np.mean(v[took_part])) for k, v in m.aux.items()},
+           "aux_per_client": {k: v.round(5).tolist() for k, v in m.aux.items()},
+           "communication": comm}
+    if hetero:
+        row["local_steps_per_client"] = m.steps.tolist()
+        row["participants"] = int(np.count_nonzero(m.steps > 0))
+    if clients is not None:
+        row["clients"] = clients.tolist()
+    if personal is not None:
+        row["personal"] = {k: mean_accuracy(v) for k, v in personal.items()}
+        row["personal_per_client"] = accuracy_list(personal[mode])
+    return row

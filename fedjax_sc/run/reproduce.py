@@ -36,7 +36,7 @@ import numpy as np
 
 from fedjax_sc.algorithms.kteps_star import default_band
 from fedjax_sc.core import personalize
-from fedjax_sc.run import members, paper, rundir
+from fedjax_sc.run import members, paper, processes, rundir
 from fedjax_sc.run.train import TrainConfig, config_diff, train_population
 
 TABLES = ("table2", "table3", "table4", "table5", "table6", "table7", "table8")
@@ -262,10 +262,14 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
       population_size: the most runs trained as one population (None: as many as fit in
         memory, :func:`fedjax_sc.run.members.fitting`).
 
+    Several processes (:mod:`fedjax_sc.run.processes`): every process calls this with the
+    same arguments and trains every run with the others; process 0 writes the store and logs.
+
     Raises:
       ValueError: an unknown table, a name in ``methods`` that the table has no run for, or
         invalid settings (from the runs' configs).
     """
+    log = processes.primary_log(log)
     out = Path(out)
     c0 = base.resolved()
     runs, cells = plan(table, c0.scene, c0.embed_dim, d1s, fractions)
@@ -288,6 +292,7 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
                     log(f"== {run.name} seed {seed}: finished in {c.out}, skipped")
             elif methods is None or run.name in methods:
                 pending.append((run, c))
+    processes.barrier("reproduce: store read")  # before process 0 changes it
     # runs that reuse another's training (Table 5's mu) go once that one has finished
     for reuse in (False, True):
         batch = [_prepare(r, c, log) for r, c in pending
@@ -320,16 +325,19 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
 
 def _prepare(run: Run, c: TrainConfig, log: Callable[[str], None]) -> TrainConfig:
     """``c`` set to resume when its folder holds part of the run; a run that shares the
-    training of another (only its Ap settings differ) first gets that run's checkpoints."""
+    training of another (only its Ap settings differ) first gets that run's checkpoints
+    (copied by process 0 of several; every process calls this)."""
     where = Path(c.out)
     if not (where / "config.json").exists() and run.shares_training_with:
         source = where.parent.parent / run.shares_training_with / where.name
         if (source / "report.json").exists() and (source / "checkpoints").exists():
             log(f"== {run.name} seed {c.seed}: reusing the training of {source}")
-            where.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(source / "checkpoints", where / "checkpoints")
-            for name in ("config.json", "metrics.jsonl"):
-                shutil.copy(source / name, where / name)
+            if processes.primary():
+                where.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(source / "checkpoints", where / "checkpoints")
+                for name in ("config.json", "metrics.jsonl"):
+                    shutil.copy(source / name, where / name)
+    processes.barrier(f"reproduce: {where} prepared")
     started = (where / "config.json").exists()
     saved = started and rundir.last_round(where) is not None
     # a run stopped before its first checkpoint starts afresh (its files are replaced)

@@ -336,7 +336,8 @@ def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
     measurement per row: ``run`` (the folder as given), ``phase`` (``round`` / ``ap``),
     ``round``, ``t`` (the Ap evaluation, empty for rounds), ``client`` (its name, or ``all``
     for a mean over clients), ``metric`` (``Ag``, ``train_loss``, ``personal_<mode>``, an aux
-    term, ``seconds``, ``upload_sent_bytes``...; ``Ap_t_<mode>`` in the Ap phase) and ``value``
+    term, ``seconds``, ``upload_sent_bytes``, ``participants`` and ``local_steps`` with
+    heterogeneous clients...; ``Ap_t_<mode>`` in the Ap phase) and ``value``
     (accuracies as fractions). ``pandas.read_csv(path).pivot_table(...)`` gives any view.
 
     Returns:
@@ -369,7 +370,7 @@ def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
                 for k, value in enumerate(r.get("Ap_t_per_client") or []):
                     add(_name(names, k), "Ap_t", value)
                 continue
-            for metric in ("Ag", "train_loss", "seconds", "client_steps_per_s"):
+            for metric in ("Ag", "train_loss", "seconds", "client_steps_per_s", "participants"):
                 if r.get(metric) is not None:
                     add("all", metric, r[metric])
             for mode, value in (r.get("personal") or {}).items():
@@ -377,7 +378,8 @@ def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
             for metric, value in (r.get("aux") or {}).items():
                 add("all", metric, value)
             for key, metric in (("Ag_per_client", "Ag"), ("train_loss_per_client", "train_loss"),
-                                ("personal_per_client", "personal")):
+                                ("personal_per_client", "personal"),
+                                ("local_steps_per_client", "local_steps")):
                 for k, value in enumerate(r.get(key) or []):
                     add(_name(names, k, r.get("clients")), metric, value)
             for metric, values in (r.get("aux_per_client") or {}).items():

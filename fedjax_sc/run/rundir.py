@@ -7,6 +7,11 @@ holding anything else, so a mistyped ``--out`` never deletes a user's files. The
 (``fingerprint.json``: size and SHA-256 of every corpus file read, and of the vocabulary) is
 written with the run; ``--resume`` on other data or another vocabulary is refused with a message
 naming what changed.
+
+In a run of several processes, process 0 alone writes, removes and locks
+(:func:`~fedjax_sc.run.processes.primary`): :func:`write_text`, :func:`append_text`,
+:func:`remove_file`, :func:`remove_run` and :func:`locked` do nothing in the other processes,
+which read the folder (it must be on a file system every process sees).
 """
 
 from __future__ import annotations
@@ -23,11 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from fedjax_sc.run.config import TrainConfig, config_diff
+from fedjax_sc.run.processes import primary
 
 LOCK = ".fedjax-sc.lock"
 """The lock file of a run folder (:func:`locked`), held while a process trains in it."""
 RUN_FILES = ("config.json", "vocab.json", "fingerprint.json", "metrics.jsonl", "report.json",
-             "report.md", "tensorboard", "corrupt-checkpoints", "checkpoints")
+             "report.md", "tensorboard", "wandb", "corrupt-checkpoints", "checkpoints")
 """The entries ``fedjax-sc train`` writes into its ``--out`` folder."""
 PROBE_GLOB = "probe-*.json"
 """The files ``fedjax-sc probe`` adds to a run folder."""
@@ -61,12 +67,15 @@ def check_replaceable(out: Path) -> None:
 
 
 def remove_run(out: Path) -> None:
-    """Deletes the run files of ``out`` (:data:`RUN_FILES`, probe files) and nothing else.
+    """Deletes the run files of ``out`` (:data:`RUN_FILES`, probe files) and nothing else
+    (process 0 of several: the others only check).
 
     Raises:
       FileExistsError: ``out`` holds other files (checked first; nothing is deleted then).
     """
     check_replaceable(out)
+    if not primary():
+        return
     for name in RUN_FILES:
         path = out / name
         if path.is_dir() and not path.is_symlink():
@@ -88,8 +97,12 @@ def file_digest(path: Path) -> dict[str, Any]:
 
 def fingerprint(files: Iterable[Path], vocab_json: str) -> dict[str, Any]:
     """What a run was trained on: every corpus file by name (size, SHA-256) and the
-    vocabulary (number of words, SHA-256 of its JSON)."""
-    return {"files": {p.name: file_digest(p) for p in sorted(files)},
+    vocabulary (number of words, SHA-256 of its JSON). Files of the same name (the splits of a
+    datasets folder) are told apart by their folder: ``train/state.json``."""
+    files = sorted(files)
+    names = [p.name for p in files]
+    return {"files": {p.name if names.count(p.name) == 1 else f"{p.parent.name}/{p.name}":
+                      file_digest(p) for p in files},
             "vocab": {"words": len(json.loads(vocab_json)),
                       "sha256": hashlib.sha256(vocab_json.encode()).hexdigest()}}
 
@@ -202,11 +215,15 @@ def locked(out: Path):
     host. The kernel releases it when its process ends, however it ends, so a lock left by a
     killed process is stale by construction and taken over; the file is removed on release.
     (``flock`` is local to a host: on a network file system shared by several hosts, give
-    each process its own --out.)
+    each run its own --out.) In a run of several processes, process 0 holds it for all of
+    them; the others take nothing.
 
     Raises:
       RunLockedError: another process holds it (names the folder and the holder).
     """
+    if not primary():
+        yield
+        return
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK
@@ -243,13 +260,30 @@ def locked(out: Path):
 
 def write_text(path: Path, text: str) -> None:
     """Writes ``path`` atomically: a temporary file beside it, then a rename, so a reader (or
-    a run killed mid-write) sees the old file or the new one, never a torn one."""
+    a run killed mid-write) sees the old file or the new one, never a torn one. Process 0 of
+    several writes; the others do nothing."""
+    if not primary():
+        return
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         tmp.write_text(text)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def append_text(path: Path, text: str) -> None:
+    """Appends ``text`` to ``path`` (created if missing); process 0 of several, the others do
+    nothing."""
+    if primary():
+        with path.open("a") as f:
+            f.write(text)
+
+
+def remove_file(path: Path) -> None:
+    """Removes ``path`` if it exists; process 0 of several, the others do nothing."""
+    if primary():
+        path.unlink(missing_ok=True)
 
 
 def read_json(path: Path) -> Any:

@@ -15,11 +15,12 @@ import orbax.checkpoint as ocp
 
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm
+from fedjax_sc.core.heterogeneity import LocalWork
 from fedjax_sc.core.round import ClientStates, ServerState, init_states
 from fedjax_sc.core.sharding import to_host
 from fedjax_sc.data import scenes
 from fedjax_sc.models.text_classifier import init_params
-from fedjax_sc.run import rundir
+from fedjax_sc.run import processes, rundir
 from fedjax_sc.run.config import TrainConfig, config_from_json, corpus_files, load_scene
 from fedjax_sc.run.registry import build_algorithm
 
@@ -38,6 +39,9 @@ class Setup(NamedTuple):
     A global model that reads a private leaf (FedFusion with a private embedding) uses these,
     as a server model whose private layers are never aggregated does (see
     :func:`global_params`)."""
+    work: LocalWork = LocalWork()
+    """How the clients differ in local work, dropout and stragglers, and the aggregation
+    (:func:`local_work`); inactive by default: the plain round."""
 
 
 def global_params(setup: Setup, shared: Any) -> Any:
@@ -81,12 +85,39 @@ def population_builder(c: TrainConfig, scene: scenes.Scene,
     return build
 
 
+def local_work(c: TrainConfig) -> LocalWork:
+    """The heterogeneous-clients setting of a resolved config (``--local-steps``,
+    ``--client-dropout``, ``--straggler-fraction``, ``--straggler-policy``,
+    ``--aggregation``), with the client optimizer's momentum and FedProx's eta * mu for
+    FedNova's normaliser.
+
+    Raises:
+      ValueError: a malformed or out-of-range setting (names its flag).
+    """
+    steps = steps_range = None
+    if c.local_steps is not None:
+        lo, sep, hi = str(c.local_steps).partition(":")
+        try:
+            steps_range = (int(lo), int(hi)) if sep else None
+            steps = None if sep else int(lo)
+        except ValueError:
+            raise ValueError(f"--local-steps {c.local_steps!r}: give N or LO:HI (integers)")
+    nova = c.aggregation == "fednova"  # only FedNova reads the optimizer's settings
+    prox = c.lr * c.prox_mu if nova and c.algorithm in ("fedprox", "fedprox_kc") else 0.0
+    return LocalWork(steps, steps_range, c.client_dropout, c.straggler_fraction,
+                     c.straggler_policy, c.aggregation, c.momentum if nova else 0.0,
+                     prox).check()
+
+
 def build_setup(c: TrainConfig, scene: scenes.Scene,
                 log: Callable[[str], None] = print) -> Setup:
     """The algorithm ``c`` names for ``scene`` and its initial states (GloVe-initialised when
     ``c.embeddings`` says so); the same for a fresh run, a resumed one and ``fedjax-sc probe``.
     """
-    algorithm = build_algorithm(**algorithm_options(c, scene))
+    algorithm, work = build_algorithm(**algorithm_options(c, scene)), local_work(c)
+    if algorithm.central is not None and work.active:
+        raise ValueError(f"{c.algorithm} is trained centrally: --local-steps, --client-dropout, "
+                         f"--straggler-fraction and --aggregation do not apply")
     if algorithm.central is not None and (c.dp_clip is not None or c.pca_band
                                           or c.upload_noise):
         raise ValueError(f"{c.algorithm} is trained centrally: upload compression, upload "
@@ -106,7 +137,7 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
     state, client_states = init_states(algorithm, init_params(algorithm.model, init_key, matrix),
                                        scene.num_clients)
     global_private = jax.tree.map(lambda x: x[0], client_states.private)
-    return Setup(algorithm, state, client_states, root, train_key, global_private)
+    return Setup(algorithm, state, client_states, root, train_key, global_private, work)
 
 
 def restore_checkpoint(ckpt: ocp.CheckpointManager, step: int, state: ServerState,
@@ -123,6 +154,8 @@ def restore_checkpoint(ckpt: ocp.CheckpointManager, step: int, state: ServerStat
         restored = ckpt.restore(step, args=ocp.args.StandardRestore(
             _checkpoint_tree(state, client_states)))
     except Exception as e:  # orbax / TensorStore raise many types for a damaged folder
+        if processes.lost_contact(e):  # another process is gone: the folder is not at fault
+            raise
         raise CheckpointError(f"round {step} in {ckpt.directory} cannot be read "
                               f"({type(e).__name__}: {_first_line(e)})") from e
     expected = _digests(ckpt).get(str(step))
@@ -142,16 +175,18 @@ def newest_verified(ckpt: ocp.CheckpointManager, state: ServerState,
     """The newest checkpoint that restores and verifies, and its states; None if none does.
 
     A checkpoint that fails is moved (never deleted) to ``corrupt-checkpoints/<round>`` beside
-    the ``checkpoints`` folder, with a one-line warning naming it, and the next older one is
-    tried.
+    the ``checkpoints`` folder (by process 0 of several), with a one-line warning naming it,
+    and the next older one is tried.
     """
     for step in sorted(ckpt.all_steps(), reverse=True):
         try:
             return step, restore_checkpoint(ckpt, step, state, client_states)
         except CheckpointError as e:
             aside = Path(ckpt.directory).parent / "corrupt-checkpoints" / str(step)
-            aside.parent.mkdir(exist_ok=True)
-            Path(ckpt.directory, str(step)).rename(aside)
+            if processes.primary():
+                aside.parent.mkdir(exist_ok=True)
+                Path(ckpt.directory, str(step)).rename(aside)
+            processes.barrier(f"moved aside {aside}")
             ckpt.reload()
             log(f"warning: {e}; moved it to {aside} and trying the round before")
     return None
@@ -219,8 +254,8 @@ def load_checked_scene(c: TrainConfig, out: str | Path) -> scenes.Scene:
         now = rundir.fingerprint(corpus_files(c), scene.vocab.to_json())
         changes = rundir.fingerprint_changes(rundir.read_json(saved), now)
         if changes:
-            raise ValueError(f"{out} was trained on other data than {c.data_dir} holds now: "
-                             + "; ".join(changes))
+            raise ValueError(f"{out} was trained on other data than {c.data_dir or c.data} "
+                             f"holds now: " + "; ".join(changes))
     return scene
 
 
@@ -250,9 +285,8 @@ def save_checkpoint(ckpt: ocp.CheckpointManager, r: int, state: ServerState,
         ckpt.wait_until_finished()
         kept = {str(s) for s in ckpt.all_steps()}
         digests = {k: v for k, v in _digests(ckpt).items() if k in kept}
-        digests[str(r)] = tree_digest(tree)
-        if jax.process_index() == 0:
-            rundir.write_text(Path(ckpt.directory) / DIGESTS, json.dumps(digests, indent=1))
+        digests[str(r)] = tree_digest(tree)  # every process: a collective
+        rundir.write_text(Path(ckpt.directory) / DIGESTS, json.dumps(digests, indent=1))
     except Exception as e:  # orbax raises many types; all end the run the same way
         raise CheckpointError(
             f"round {r}: saving the checkpoint to {ckpt.directory} failed ({type(e).__name__}: "

@@ -14,13 +14,15 @@ Scale: ``partition`` re-splits the scene's pooled domains into ``num_clients`` c
 (:class:`fedjax_sc.core.participation.ClientFeed`: data and private leaves stay on the host,
 sampled rows are gathered and scattered back); the client axis of every round is sharded over
 all devices (:mod:`fedjax_sc.core.sharding`); ``server_opt`` adds a FedOpt server
-(:mod:`fedjax_sc.algorithms.fedopt`).
+(:mod:`fedjax_sc.algorithms.fedopt`). Several processes (:mod:`fedjax_sc.run.processes`) train
+one run together: every process runs this loop, process 0 writes the folder.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import time
@@ -33,18 +35,11 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from fedjax_sc import streams
-from fedjax_sc.algorithms.optimizers import client_sgd
-from fedjax_sc.core import communication, participation, personalize, population, sharding
-from fedjax_sc.core.evaluate import (
-    accuracy_list,
-    make_evaluate,
-    make_personal_evaluate,
-    mean_accuracy,
-)
+from fedjax_sc.core import communication, participation, population, sharding
+from fedjax_sc.core.evaluate import make_evaluate, make_personal_evaluate
 from fedjax_sc.core.round import ClientStates, build_round
 from fedjax_sc.data.client_data import client_data, host_client_data
-from fedjax_sc.run import members, rundir
+from fedjax_sc.run import members, processes, rundir
 from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configuration)
     DTYPES,
     EMBEDDINGS,
@@ -55,8 +50,9 @@ from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configu
     corpus_files,
     load_scene,
 )
+from fedjax_sc.run.finish import finish
 from fedjax_sc.run.registry import ALGORITHMS, build_algorithm  # noqa: F401
-from fedjax_sc.run.report import dp_report, environment, format_table, make_report
+from fedjax_sc.run.report import round_row
 from fedjax_sc.run.setup import (  # noqa: F401 (re-exported: a run's states)
     CheckpointError,
     Setup,
@@ -68,7 +64,7 @@ from fedjax_sc.run.setup import (  # noqa: F401 (re-exported: a run's states)
     restore_checkpoint,
     save_checkpoint,
 )
-from fedjax_sc.run.tracking import Tracker
+from fedjax_sc.run.tracking import Tracker, require
 
 
 class NonFiniteUpdateError(RuntimeError):
@@ -92,7 +88,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
       FileExistsError / FileNotFoundError / ValueError: output directory, data or config
         problems (all found before an overwritten run is deleted).
       CheckpointError: a checkpoint could not be written (names the round).
-      OSError: the output folder cannot be written.
+      OSError: the output folder cannot be written. MissingExtraError: a tracker not installed.
     """
     return train_population([config], log)[0]
 
@@ -116,24 +112,39 @@ def train_population(configs: Sequence[TrainConfig], log: Callable[[str], None] 
         None: none.
       grid: the names of the grid's settings, recorded in ``population.json``.
 
+    Several processes (:mod:`fedjax_sc.run.processes`): every process calls this with the
+    same arguments; process 0 locks and writes the folders and logs, and a check that fails
+    in any process before training stops every process.
+
     Returns:
       Every member's report (:func:`train`), None for a member that diverged.
 
     Raises:
       as :func:`train`; ValueError: members that differ in a setting that changes the
-      program or the data (names it).
+      program or the data (names it). RuntimeError: another process failed its checks.
     """
-    cs = [config.resolved() for config in configs]
-    members.check_members(cs)
-    with contextlib.ExitStack() as locks:  # one process per run folder
-        for m in cs:
-            locks.enter_context(rundir.locked(Path(m.out)))
-        return _train_locked(cs, log, index, grid)
+    log = processes.primary_log(log)
+    checked = processes.Agreement("before training")
+    try:
+        cs = [config.resolved() for config in configs]
+        members.check_members(cs)
+        require(cs)  # a tracking package that is missing is named before anything runs
+        with contextlib.ExitStack() as locks:  # one process per run folder
+            for m in cs:
+                locks.enter_context(rundir.locked(Path(m.out)))
+            reports = _train_locked(cs, log, index, grid, checked)
+    except Exception as e:
+        checked.failed(e)  # the other processes stop too, if it is before training
+        raise
+    processes.barrier("run folders written")  # e.g. reproduce reads the reports next
+    return reports
 
 
 def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path | None,
-                  grid: Sequence[str]) -> list[dict[str, Any] | None]:
-    """:func:`train_population` once the members' folders are locked."""
+                  grid: Sequence[str], checked: processes.Agreement
+                  ) -> list[dict[str, Any] | None]:
+    """:func:`train_population` once the members' folders are locked; ``checked`` is reached
+    once every check passed, before any file is changed."""
     c, size = cs[0], len(cs)
     for m in cs:
         rundir.check_out_dir(Path(m.out), m)
@@ -158,6 +169,9 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
 
     setups = [build_setup(m, scene, log if i == 0 else _quiet) for i, m in enumerate(cs)]
     algorithm = setups[0].algorithm  # the members' shared structure: evaluation, Ap modes
+    if any(s.work != setups[0].work for s in setups):  # FedNova's a_k reads momentum, lr
+        raise ValueError("--aggregation fednova: members of one population must share "
+                         "momentum (and lr with fedprox): FedNova's normaliser is static")
     hparams = members.hparams(cs)
     build = population_builder(c, scene, members.TRACED)
     state, client_states = population.init_from_params(
@@ -197,7 +211,6 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
 
     vocab_json = scene.vocab.to_json()
     data_print = rundir.fingerprint(corpus_files(c), vocab_json)
-    found = []  # (round, states) of each resumed member's newest intact checkpoint
     for m in cs:
         out = Path(m.out)
         if m.resume:
@@ -211,6 +224,11 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
             note = rundir.check_resume_data(out, data_print, vocab_json)
             if note:
                 log(note)
+    checked.reached()  # every process: nothing was changed before this point
+    found = []  # (round, states) of each resumed member's newest intact checkpoint
+    for m in cs:
+        out = Path(m.out)
+        if m.resume:
             found.append(newest_verified(_manager(out), population.member(state, len(found)),
                                          population.member(client_states, len(found)), log))
             if found[-1] is None:
@@ -218,11 +236,12 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
                                       f"restores intact (moved to corrupt-checkpoints/); start "
                                       f"afresh with --overwrite")
             for name in ("report.json", "report.md"):  # rewritten when the run ends
-                (out / name).unlink(missing_ok=True)
+                rundir.remove_file(out / name)
         elif m.overwrite and rundir.run_files(out):  # the new inputs are all checked
             rundir.remove_run(out)
             log(f"--overwrite: removed the earlier run in {out}")
         out.mkdir(parents=True, exist_ok=True)
+    processes.barrier("run folders prepared")  # process 0 removed what it had to
     ckpts = [_manager(Path(m.out)) for m in cs]
     start = min((step for step, _ in found), default=0)
     if start:  # every member from the newest round all of them hold intact
@@ -240,12 +259,12 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
     for m, path in zip(cs, metrics_paths):
         history = rundir.read_metrics(path, start, log)
         rundir.write_text(path, "".join(json.dumps(r) + "\n" for r in history))
-        rundir.write_text(Path(m.out) / "config.json", json.dumps(dataclasses.asdict(m),
-                                                                  indent=2))
+        rundir.write_text(Path(m.out) / "config.json", json.dumps(dataclasses.asdict(
+            dataclasses.replace(m, label_names=scene.label_names)), indent=2))  # table: classes
         rundir.write_text(Path(m.out) / "vocab.json", vocab_json)
         rundir.write_text(Path(m.out) / "fingerprint.json", json.dumps(data_print, indent=2))
     status = ["running"] * size
-    trackers = [Tracker(Path(m.out), m.tensorboard) for m in cs]
+    trackers = [Tracker(m, index) for m in cs]  # W&B: a population's members are grouped
     if index is not None:
         members.write_index(index, cs, status, grid)
 
@@ -258,20 +277,21 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
     if feed.partial or mesh.size > 1:
         log(f"{feed.num_sampled} of {feed.num_clients} clients per round "
             f"({c.sampling if feed.partial else 'all'}); client axis of {feed.round_size} "
-            f"over {mesh.size} device(s)")
+            f"over {mesh.size} device(s)" + (f" in {jax.process_count()} processes"
+                                             if processes.several() else ""))
 
     def inputs(idxs):
         got = [f.inputs(idx) for f, idx in zip(feeds, idxs)]
         data = population.stack([d for d, _ in got]) if feed.partial else got[0][0]
         return data, ClientStates(population.stack([p for _, p in got]))
 
-    def accuracies(i):
-        params = population.member(state.params, i)
+    def accuracies(i):  # on this process's devices alone (host copies with several)
+        params = sharding.local(population.member(state.params, i))
         ag = (None if global_eval is None else
               np.asarray(global_eval(global_params(setups[i], params), test_data)))
         personal = (None if personal_eval is None else
                     {k: np.asarray(v) for k, v in personal_eval(
-                        (params, feeds[i].private), test_data).items()})
+                        (params, sharding.local(feeds[i].private)), test_data).items()})
         return ag, personal
 
     results = [accuracies(i) for i in range(size)]
@@ -279,7 +299,8 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
         t0 = time.perf_counter()
         step = population.build_population_round(
             build, batch_size=c.batch_size, local_epochs=c.local_epochs,
-            trainer=build_round if central is None else central.build,
+            trainer=(functools.partial(build_round, work=setups[0].work) if central is None
+                     else central.build),
             per_member_data=feed.partial)
         data, private = inputs([f.sample(start + 1) for f in feeds])
         # the round replaces the server and client states: XLA may reuse their buffers
@@ -293,6 +314,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
         idxs = [f.sample(r) for f in feeds]
         data, private = inputs(idxs)
         new_state, new_client_states, ms = round_step(state, private, data, keys, hparams)
+        ms = sharding.local(ms)  # the metrics of every process's clients
         for i, idx in enumerate(idxs):
             m = jax.tree.map(lambda x: np.asarray(x)[i, :len(idx)], ms)
             if status[i] == "running" and not m.finite.all():
@@ -319,22 +341,9 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
                 continue
             m = jax.tree.map(lambda x: np.asarray(x)[i, :len(idx)], ms)
             results[i] = ag, personal = accuracies(i)
-            steps = int(m.steps.sum())
-            row = {"phase": "round", "round": r, "train_loss": float(np.mean(m.train_loss)),
-                   "Ag": None if ag is None else mean_accuracy(ag),
-                   "seconds": seconds, "client_steps_per_s": steps / seconds,
-                   "train_loss_per_client": m.train_loss.round(5).tolist(),
-                   "Ag_per_client": None if ag is None else accuracy_list(ag),
-                   "aux": {k: float(np.mean(v)) for k, v in m.aux.items()},
-                   "aux_per_client": {k: v.round(5).tolist() for k, v in m.aux.items()},
-                   "communication": comm}
-            if feed.partial:
-                row["clients"] = idx.tolist()
-            if personal is not None:
-                row["personal"] = {k: mean_accuracy(v) for k, v in personal.items()}
-                row["personal_per_client"] = accuracy_list(personal[mode])
-            with metrics_paths[i].open("a") as f:
-                f.write(json.dumps(row) + "\n")
+            row = round_row(r, m, ag, personal, mode, seconds, comm,
+                            idx if feed.partial else None, setups[i].work.active)
+            rundir.append_text(metrics_paths[i], json.dumps(row) + "\n")
             trackers[i].round(row, list(names) if not feed.partial else
                               [names[k] for k in idx])
             save_checkpoint(ckpts[i], r, population.member(state, i),
@@ -358,58 +367,15 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
         if status[i] != "running":
             reports.append(None)
             continue
-        reports.append(_finish(m, scene, setups[i], population.member(state, i),
-                               ClientStates(feeds[i].private), results[i], train_data,
-                               test_data, comm, durations, say[i], trackers[i]))
+        reports.append(finish(m, scene, setups[i], sharding.local(population.member(state, i)),
+                              ClientStates(sharding.local(feeds[i].private)), results[i],
+                              train_data, test_data, comm, durations, say[i], trackers[i]))
         status[i] = "finished"
-    for tracker in trackers:
-        tracker.close()
+    for tracker, report in zip(trackers, reports):
+        tracker.close(report)  # the report's Ag and Ap: the W&B run's summary
     if index is not None:
         members.write_index(index, cs, status, grid)
     return reports
-
-
-def _finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, train_data,
-            test_data, comm, durations, log, tracker: Tracker) -> dict[str, Any]:
-    """A member's Ap phase and report (report.json, report.md), after its last round."""
-    algorithm = setup.algorithm
-    mode = c.ap_mode or algorithm.default_mode
-    out = Path(c.out)
-    ag, personal = result
-    ap, ap_seconds = None, 0.0
-    if c.ap:
-        t0 = time.perf_counter()
-        ap = _personalize(c, algorithm, state, client_states, train_data, test_data,
-                          setup.root, log)
-        ap_seconds = time.perf_counter() - t0
-        with (out / "metrics.jsonl").open("a") as f:
-            for t in range(ap.curve[mode].shape[1]):
-                f.write(json.dumps({
-                    "phase": "ap", "round": c.rounds, "t": t, "steps": t * c.ap_steps,
-                    "Ap_t": {k: mean_accuracy(v[:, t]) for k, v in ap.curve.items()},
-                    "Ap_t_per_client": accuracy_list(ap.curve[mode][:, t])}) + "\n")
-        tracker.ap({k: [mean_accuracy(v[:, t]) for t in range(v.shape[1])]
-                    for k, v in ap.curve.items()})
-    if personal is None:  # no private leaves: the personalised model is the global one
-        personal = {"full": ag}
-
-    central = algorithm.central
-    report = make_report(c, scene, ag, personal, ap, mode)
-    report["communication"] = comm
-    report["training"] = "federated" if central is None else central.name
-    report["timing"] = {"round_seconds": durations, "ap_seconds": ap_seconds}
-    report["environment"] = environment()
-    if c.dp_clip is not None:
-        report["dp"] = dp_report(c, scene)
-        log(f"DP-SGD: {report['dp']['note']}")
-    rundir.write_text(out / "report.json", json.dumps(report, indent=2))
-    table = format_table(report) + ("" if comm is None else
-                                     "\n\n" + communication.describe(comm))
-    rundir.write_text(out / "report.md", table + "\n")
-    log(table)
-    report["params"] = state.params
-    report["private"] = client_states.private
-    return report
 
 
 def _manager(out: Path) -> ocp.CheckpointManager:
@@ -420,24 +386,6 @@ def _manager(out: Path) -> ocp.CheckpointManager:
 
 def _quiet(line: str) -> None:
     """Drops a line (the members after the first repeat the first's setup lines)."""
-
-
-def _personalize(c: TrainConfig, algorithm, state, client_states, train_data, test_data, root,
-                 log) -> personalize.Personalization:
-    """The Ap phase (Eq. 16): fine-tune with mu * LR for n_Z * z steps, evaluating every z."""
-    lr = c.ap_lr_mult * c.lr
-    emb_lr = None if c.embedding_lr is None else c.ap_lr_mult * c.embedding_lr
-    run = personalize.make_personalize(
-        algorithm, client_sgd(lr, c.momentum, emb_lr), batch_size=c.batch_size,
-        num_evals=c.ap_evals, steps_per_eval=c.ap_steps)
-    t0 = time.perf_counter()
-    result = run(state, client_states, train_data, test_data,
-                 jax.random.fold_in(root, streams.AP))
-    mode = c.ap_mode or algorithm.default_mode
-    log(f"Ap phase: {c.ap_evals} x {c.ap_steps} fine-tuning steps at lr {lr:g} in "
-        f"{time.perf_counter() - t0:.1f} s; Ap ({mode}) {result.ap(mode):.4f}; "
-        + ", ".join(f"{k}: {result.ap(k):.4f}" for k in sorted(result.curve)))
-    return result
 
 
 def _hms(seconds: float) -> str:

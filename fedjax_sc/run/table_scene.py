@@ -1,0 +1,112 @@
+"""The table scene (``--scene table``: a corpus of one's own, :mod:`fedjax_sc.data.table`) in
+a run's configuration: the checks of its :class:`~fedjax_sc.run.config.TrainConfig` fields
+(:func:`check`, from ``TrainConfig.resolved``), its corpora (:func:`load`, from
+``load_scene``) and the files the run's fingerprint covers (:func:`files`, from
+``corpus_files``). Takes any object with TrainConfig's fields, so that the configuration
+module stays the one place they are declared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+FIELDS = ("data", "test_data", "text_column", "label_column", "client_column", "split_column",
+          "test_fraction", "label_names")
+"""The fields that only ``--scene table`` takes."""
+
+
+class MissingPyarrowError(ImportError, RuntimeError):
+    """``--scene table`` without pyarrow (extra ``fedjax_sc[table]``)."""
+
+
+def _table():
+    """:mod:`fedjax_sc.data.table`, imported when a table scene is used (pyarrow is an
+    extra, so that the other scenes do not need it)."""
+    try:
+        from fedjax_sc.data import table
+    except ImportError as e:
+        raise MissingPyarrowError(f"--scene table reads its files with pyarrow ({e}): pip "
+                                  f"install 'fedjax_sc[table]'") from e
+    return table
+
+
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _resolve(spec: str) -> str:
+    """One spelling of a data path in config.json (``hf:BUILDER:FILE``: of FILE)."""
+    if spec.startswith("hf:"):
+        builder, _, path = spec[3:].partition(":")
+        return f"hf:{builder}:{Path(path).expanduser().resolve()}"
+    return str(Path(spec).expanduser().resolve())
+
+
+def check(c: Any) -> dict[str, Any]:
+    """The table fields of config ``c`` checked; returns the fields to replace (paths
+    resolved; ``test_fraction`` filled with :data:`fedjax_sc.data.table.DEFAULT_TEST_FRACTION`
+    where no test split is named: no ``test_data``, ``split_column`` or folder that may hold
+    a DatasetDict's ``test``).
+
+    Raises:
+      MissingPyarrowError: ``--scene table`` without pyarrow.
+      ValueError: a table field for another scene; for ``--scene table``: a missing
+        ``--data``, ``--text-column`` or ``--label-column``, ``--data-dir``, ``--domains`` or
+        ``--dev-holdout``, a client column with a partition other than natural or none
+        without one, two test splits, a test fraction outside (0, 1).
+    """
+    if c.scene != "table":
+        given = [f for f in FIELDS if getattr(c, f) is not None]
+        if given:
+            raise ValueError(f"{_flag(given[0])} applies to --scene table only")
+        return {}
+    for f in ("data", "text_column", "label_column"):
+        if not getattr(c, f):
+            raise ValueError(f"--scene table needs {_flag(f)}")
+    if c.data_dir is not None or c.dev_holdout:
+        raise ValueError("--data-dir and --dev-holdout apply to fdu and iyy; --scene table "
+                         "reads --data")
+    if c.client_column is not None and c.partition != "natural":
+        raise ValueError(f"--client-column gives one client per value (the natural "
+                         f"partition); leave it out with --partition {c.partition}")
+    if c.client_column is None and c.partition == "natural":
+        raise ValueError("--scene table without --client-column: choose how to split the rows "
+                         "into clients, e.g. --partition iid --num-clients 10, or --partition "
+                         "dirichlet --num-clients 10 --alpha 0.5")
+    if c.split_column is not None and c.test_data is not None:
+        raise ValueError("--split-column and --test-data: give one test split")
+    fraction = c.test_fraction
+    if c.split_column is not None or c.test_data is not None:
+        if fraction is not None:
+            raise ValueError("--test-fraction applies without --test-data and --split-column")
+    else:
+        if fraction is None and not Path(c.data).is_dir():
+            fraction = _table().DEFAULT_TEST_FRACTION
+        if fraction is not None and not 0 < fraction < 1:
+            raise ValueError(f"--test-fraction must lie in (0, 1), got {fraction}")
+    return {"data": _resolve(c.data), "test_fraction": fraction,
+            "test_data": None if c.test_data is None else _resolve(c.test_data)}
+
+
+def load(c: Any):
+    """The corpora and class values of a resolved table config, a
+    :class:`~fedjax_sc.data.table.TableCorpora` (:func:`~fedjax_sc.data.table.read_table`;
+    ``c.label_names``, when set, fixes the classes and their order)."""
+    return _table().read_table(
+        c.data, text_column=c.text_column, label_column=c.label_column,
+        client_column=c.client_column, split_column=c.split_column, test_data=c.test_data,
+        test_fraction=c.test_fraction, label_names=c.label_names, partition=c.partition,
+        num_clients=c.num_clients, alpha=c.alpha, beta=c.beta, seed=c.partition_seed,
+        min_partition_size=c.min_partition_size, self_balancing=c.self_balancing)
+
+
+def files(c: Any) -> list[Path]:
+    """The files a resolved table config reads: ``--data`` and ``--test-data`` (every file of
+    a datasets folder; the FILE of ``hf:BUILDER:FILE``)."""
+    out = []
+    for spec in (c.data, c.test_data):
+        if spec is None:
+            continue
+        path = Path(spec[3:].partition(":")[2] if spec.startswith("hf:") else spec)
+        out += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return out

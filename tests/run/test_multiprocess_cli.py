@@ -1,0 +1,246 @@
+"""``fedjax-sc train`` on several processes, for real: subprocesses of the CLI joined by
+``jax.distributed`` on this machine (CPU devices faked with XLA_FLAGS, gloo collectives).
+
+Several processes end with the figures of one process whatever the devices; a killed process
+stops the other within the heartbeat timeout and the last checkpoint resumes the run with any
+number of processes; bad flags are refused in one line before anything is written."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedjax_sc.run import cli, processes
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENE = ("--scene synthetic --synthetic-clients 4 --synthetic-train 16 --synthetic-test 8 "
+         "--max-len 8 --embed-dim 6 --hidden 3 --mlp-hidden 4 --batch-size 4 --local-epochs 1 "
+         "--ap-evals 1 --ap-steps 1").split()
+ROUNDS = 3
+TIMING = {"seconds", "client_steps_per_s", "timing", "environment"}
+"""Entries of metrics.jsonl and report.json that measure the machine, not the run."""
+RUNTIME_STOPS = ("lost contact with the others",  # ours: the runtime raised an error
+                 "another task died",  # JAX: a peer missed its heartbeats (HEARTBEAT_S)
+                 "gloo::")  # gloo aborted the process at once (CPU collectives)
+"""How a process learns that another one died (processes.py's docstring; docs/scale.md)."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(devices: int) -> dict[str, str]:
+    """The test session's environment with ``devices`` CPU devices per process and its
+    persistent compilation cache (conftest.py), so that a repeated program is not compiled
+    again."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
+    return dict(os.environ, JAX_PLATFORMS="cpu",
+                XLA_FLAGS=" ".join([*flags, f"--xla_force_host_platform_device_count={devices}"]),
+                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+                JAX_COMPILATION_CACHE_DIR=str(ROOT / ".pytest_cache" / "jax-compilation"),
+                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.1",
+                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+
+
+def _start(out: Path, procs: int, devices: int, *extra: str) -> list[subprocess.Popen]:
+    """``procs`` processes of ``fedjax-sc train`` on the tiny scene (``devices`` each)."""
+    port = _free_port()
+    command = [sys.executable, "-m", "fedjax_sc.run.cli", "train", *SCENE, "--out", str(out),
+               *extra]
+    return [subprocess.Popen(
+        command + ([] if procs == 1 else ["--coordinator", f"127.0.0.1:{port}",
+                                          "--num-processes", str(procs), "--process-id", str(i)]),
+        cwd=ROOT, env=_env(devices), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(procs)]
+
+
+def _wait(workers: list[subprocess.Popen], timeout: float = 600) -> list[tuple[int, str, str]]:
+    """Every worker's (exit status, stdout, stderr); kills them all past ``timeout``."""
+    ends, done = time.monotonic() + timeout, []
+    for i, w in enumerate(workers):
+        try:
+            out, err = w.communicate(timeout=max(1.0, ends - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for x in workers:
+                x.kill()
+            pytest.fail(f"process {i} of {len(workers)} did not end within {timeout} s")
+        done.append((w.returncode, out, err))
+    return done
+
+
+def _train(out: Path, procs: int, devices: int, *extra: str) -> None:
+    """A run that must succeed; checks that process 0 alone logged."""
+    ended = _wait(_start(out, procs, devices, *extra))
+    for i, (code, stdout, stderr) in enumerate(ended):
+        assert code == 0, f"process {i} of {procs} failed:\n{stderr[-3000:]}"
+    assert "round   1" in ended[0][1] or "resumed" in ended[0][1]
+    for code, stdout, stderr in ended[1:]:  # gloo's own connection lines aside
+        assert not [x for x in stdout.splitlines() if not x.startswith("[Gloo]")], stdout
+
+
+def _figures(out: Path) -> dict:
+    """report.json and the lines of metrics.jsonl without what measures the machine."""
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k not in TIMING}
+        return [strip(v) for v in x] if isinstance(x, list) else x
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return strip({"report": json.loads((out / "report.json").read_text()), "metrics": rows})
+
+
+def _assert_same(a, b, where="") -> None:
+    """Equal structure and strings; numbers within 1e-5."""
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b), where
+        for k in a:
+            _assert_same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, abs=1e-5), where
+    else:
+        assert a == b, where
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """An uninterrupted run in one process with 4 devices."""
+    out = tmp_path_factory.mktemp("one-process") / "run"
+    _train(out, 1, 4, "--rounds", str(ROUNDS))
+    return out
+
+
+def test_two_processes_end_with_the_figures_of_one_process(reference, tmp_path):
+    _train(tmp_path / "two", 2, 2, "--rounds", str(ROUNDS))
+    _train(tmp_path / "single", 1, 1, "--rounds", str(ROUNDS))
+    want = _figures(reference)
+    assert len([r for r in want["metrics"] if r["phase"] == "round"]) == ROUNDS
+    assert want["report"]["Ap"] is not None and len(want["report"]["clients"]) == 4
+    _assert_same(_figures(tmp_path / "two"), want, "2 processes x 2 devices")
+    _assert_same(_figures(tmp_path / "single"), want, "1 process x 1 device")
+    report = json.loads((tmp_path / "two" / "report.json").read_text())
+    assert report["environment"]["device"].endswith("x 4 in 2 processes")
+    assert not list((tmp_path / "two").glob(".*"))  # the lock file is gone with the run
+
+
+@pytest.mark.slow
+def test_a_killed_process_stops_the_other_and_the_run_resumes_with_any_count(reference,
+                                                                             tmp_path):
+    out = tmp_path / "killed"
+    workers = _start(out, 2, 2, "--rounds", str(ROUNDS))
+    digests, ends = out / "checkpoints" / "digests.json", time.monotonic() + 600
+    while not (digests.exists() and '"1"' in digests.read_text()):  # round 1 fully saved
+        if time.monotonic() > ends or any(w.poll() is not None for w in workers):
+            for w in workers:
+                w.kill()
+            pytest.fail("round 1 was never saved:\n" + workers[0].communicate()[1][-3000:])
+        time.sleep(0.02)
+    workers[1].kill()  # SIGKILL
+    killed = time.monotonic()
+    (code, _, err), = _wait(workers[:1], timeout=processes.HEARTBEAT_S + 60)
+    seconds = time.monotonic() - killed
+    workers[1].communicate()
+    assert code != 0 and seconds < processes.HEARTBEAT_S + 30, (code, seconds, err[-2000:])
+    assert any(m in err for m in RUNTIME_STOPS), err[-3000:]
+    print(f"process 0 stopped {seconds:.1f} s after the kill (exit {code}): "
+          f"{[m for m in RUNTIME_STOPS if m in err]}")
+    if RUNTIME_STOPS[0] in err:  # our line names the saved round and how to go on
+        line, = [x for x in err.splitlines() if x.startswith("fedjax-sc: error:")]
+        assert "process 0 of 2" in line and "--resume" in line and "every process" in line
+    assert "1" in {p.name for p in (out / "checkpoints").iterdir()}
+
+    shutil.copytree(out, tmp_path / "alone")
+    _train(out, 2, 2, "--rounds", str(ROUNDS), "--resume")  # both processes again
+    _assert_same(_figures(out), _figures(reference), "resumed in 2 processes")
+    # the checkpoints are the same for any number of processes: 2 -> 1 -> 2
+    _train(tmp_path / "alone", 1, 1, "--rounds", str(ROUNDS - 1), "--resume", "--no-ap")
+    _train(tmp_path / "alone", 2, 2, "--rounds", str(ROUNDS), "--resume")
+    _assert_same(_figures(tmp_path / "alone"), _figures(reference), "2, then 1, then 2")
+
+
+def test_a_lost_process_is_one_line_naming_the_saved_round(tmp_path, capsys, monkeypatch):
+    # what a process prints when the runtime reports a broken collective as an error (the
+    # case of one device per process; tests the message without a second process)
+    import jax
+
+    from fedjax_sc.run import train as train_module
+    from fedjax_sc.run.setup import CheckpointError
+    out = tmp_path / "run"
+
+    def lost(config, log=print):
+        (out / "checkpoints" / "2").mkdir(parents=True)
+        try:
+            raise jax.errors.JaxRuntimeError("UNKNOWN: Gloo all-reduce failed: [pair.cc:547] "
+                                             "Connection closed by peer [10.0.0.2]:4321")
+        except jax.errors.JaxRuntimeError as e:
+            raise CheckpointError("round 3: saving failed") from e
+
+    left = []
+    monkeypatch.setattr(train_module, "train", lost)
+    monkeypatch.setattr(processes, "several", lambda: True)
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(processes, "leave", lambda code: left.append(code) or code)
+    assert cli.main(["train", "--out", str(out)]) == 1 and left == [1]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "fedjax-sc: error: process 1 of 2 lost contact with the others"), err
+    assert "Connection closed by peer" in err[0] and "round 2 is saved" in err[0]
+    assert "--resume to the same command in every process" in err[0]
+
+
+def test_a_check_failing_in_one_process_stops_every_process(tmp_path):
+    from fedjax_sc.run import rundir
+    out = tmp_path / "run"
+    with rundir.locked(out):  # another run holds the folder: process 0 cannot lock it
+        ended = _wait(_start(out, 2, 1, "--rounds", "1"), timeout=300)
+    (code0, _, err0), (code1, _, err1) = ended
+    assert code0 == 1 and "is in use by" in err0.strip().splitlines()[-1], err0[-2000:]
+    last = err1.strip().splitlines()[-1]
+    assert code1 == 1 and last.startswith("fedjax-sc: error: process 0 of 2 stopped before "
+                                          "training:") and "is in use by" in last, err1[-2000:]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--coordinator", "127.0.0.1:1234", "--num-processes", "2", "--process-id", "2"],
+     "--process-id 2 is outside [0, 2)"),
+    (["--num-processes", "2", "--process-id", "0"], "missing: --coordinator"),
+    (["--coordinator", "localhost", "--num-processes", "2", "--process-id", "1"],
+     "write HOST:PORT"),
+    (["--coordinator", "no-such-host.invalid:1234", "--num-processes", "2", "--process-id",
+      "1"], "unknown host"),
+])
+def test_bad_process_flags_are_one_line_before_anything(flags, says, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["train", *SCENE, "--out", str(out), *flags]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fedjax-sc: error:") and says in err[0], err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("process_id, says", [
+    (1, "nothing answered there within 3 s"),  # no process 0
+    (0, "did not all connect within 3 s"),  # no process 1
+])
+def test_processes_that_never_meet_give_up_in_one_line(process_id, says, tmp_path):
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    (code, stdout, stderr), = _wait(_start(
+        out, 1, 1, "--coordinator", f"127.0.0.1:{_free_port()}", "--num-processes", "2",
+        "--process-id", str(process_id), "--connect-timeout", "3"), timeout=120)
+    lines = stderr.strip().splitlines()
+    assert code == 1 and len(lines) == 1 and says in lines[0], stderr[-2000:]
+    assert lines[0].startswith("fedjax-sc: error: --coordinator 127.0.0.1:")
+    assert time.monotonic() - t0 < 60 and not out.exists()
