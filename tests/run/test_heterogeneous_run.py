@@ -13,7 +13,7 @@ TINY = dict(scene="synthetic", synthetic_clients=3, synthetic_train=12, syntheti
             max_len=8, embed_dim=6, hidden=3, mlp_hidden=4, batch_size=4, local_epochs=1,
             ap_evals=1, ap_steps=1)
 HETERO = dict(local_steps="1:4", client_dropout=0.4, straggler_fraction=0.5,
-              aggregation="fednova")
+              straggler_policy="drop", aggregation="fednova")
 
 
 def _rounds(out):
