@@ -32,6 +32,7 @@ from fedjax_sc.core import participation, personalize
 from fedjax_sc.data import flwr_partition, partition, scenes
 from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu, read_iyy
 from fedjax_sc.run import registry, table_scene
+from fedjax_sc.run.options import flag
 from fedjax_sc.run.registry import ALGORITHMS
 
 SCENE_DEFAULTS: dict[str, dict[str, float | int]] = {
@@ -328,15 +329,15 @@ class TrainConfig:
         for name in ("rounds", "local_epochs", "batch_size", "max_len", "vocab_size",
                      "embed_dim", "hidden", "mlp_hidden"):
             if getattr(c, name) < 1:
-                raise ValueError(f"{_flag(name)} must be >= 1, got {getattr(c, name)}")
+                raise ValueError(f"{flag(name)} must be >= 1, got {getattr(c, name)}")
         for name in ("furl_dim", "ap_evals", "ap_steps"):
             if getattr(c, name) < 0:
-                raise ValueError(f"{_flag(name)} must be >= 0, got {getattr(c, name)}")
+                raise ValueError(f"{flag(name)} must be >= 0, got {getattr(c, name)}")
         if c.ap_lr_mult < 0:
             raise ValueError(f"--ap-lr-mult must be >= 0, got {c.ap_lr_mult}")
         for name in ("seed", "partition_seed"):
             if not 0 <= getattr(c, name) < 2**32:
-                raise ValueError(f"{_flag(name)} must be in [0, 2^32 - 1], got "
+                raise ValueError(f"{flag(name)} must be in [0, 2^32 - 1], got "
                                  f"{getattr(c, name)}")
         c.pca_band, c.upload_noise = registry.upload_settings(c.algorithm, c.embed_dim,
                                                               c.pca_band, c.upload_noise)
@@ -368,11 +369,6 @@ class TrainConfig:
         if c.clients_per_round is not None and c.clients_per_round < 1:
             raise ValueError(f"--clients-per-round must be >= 1, got {c.clients_per_round}")
         return c
-
-
-def _flag(field: str) -> str:
-    """The command-line flag of a config field: ``embed_dim`` -> ``--embed-dim``."""
-    return "--" + field.replace("_", "-")
 
 
 def load_scene(c: TrainConfig) -> scenes.Scene:

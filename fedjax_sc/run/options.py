@@ -6,6 +6,11 @@ from __future__ import annotations
 import argparse
 
 
+def flag(field: str) -> str:
+    """The command-line flag of a config field: ``embed_dim`` -> ``--embed-dim``."""
+    return "--" + field.replace("_", "-")
+
+
 def default(field: str):
     """The default of a :class:`~fedjax_sc.run.train.TrainConfig` field: every option's default
     is written once, there (or in the builder it is taken from), never here."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fedjax_sc.run.options import flag
+
 FIELDS = ("data", "test_data", "text_column", "label_column", "client_column", "split_column",
           "test_fraction", "label_names")
 """The fields that only ``--scene table`` takes."""
@@ -28,10 +30,6 @@ def _table():
         raise MissingPyarrowError(f"--scene table reads its files with pyarrow ({e}): pip "
                                   f"install 'fedjax_sc[table]'") from e
     return table
-
-
-def _flag(field: str) -> str:
-    return "--" + field.replace("_", "-")
 
 
 def _resolve(spec: str) -> str:
@@ -58,11 +56,11 @@ def check(c: Any) -> dict[str, Any]:
     if c.scene != "table":
         given = [f for f in FIELDS if getattr(c, f) is not None]
         if given:
-            raise ValueError(f"{_flag(given[0])} applies to --scene table only")
+            raise ValueError(f"{flag(given[0])} applies to --scene table only")
         return {}
     for f in ("data", "text_column", "label_column"):
         if not getattr(c, f):
-            raise ValueError(f"--scene table needs {_flag(f)}")
+            raise ValueError(f"--scene table needs {flag(f)}")
     if c.data_dir is not None or c.dev_holdout:
         raise ValueError("--data-dir and --dev-holdout apply to fdu and iyy; --scene table "
                          "reads --data")
