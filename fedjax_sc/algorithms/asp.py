@@ -101,8 +101,7 @@ def asp(model: ASPClassifier, learning_rate: float = LEARNING_RATE, momentum: fl
     if not isinstance(model, ASPClassifier):
         raise ValueError(f"asp needs an ASPClassifier, got {type(model).__name__}")
 
-    def predict(params: Params, tokens: jax.Array, anchor: Params | None = None):
-        del anchor
+    def predict(params: Params, tokens: jax.Array):
         return {"full": jax.nn.softmax(model.apply({"params": params}, tokens).logits, -1)}
 
     return Algorithm(

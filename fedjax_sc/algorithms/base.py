@@ -47,14 +47,11 @@ Aggregator = Callable[[Params, jax.Array], Params]
 """``aggregate(stacked_params, weights) -> params``: stacked ``[num_clients, ...]`` leaves and
 float32 ``[num_clients]`` weights summing to 1 (paper Sec. 3.3: N^k / N)."""
 
-Predict = Callable[..., dict[str, jax.Array]]
-"""``predict(params, tokens, anchor=None) -> {mode: probabilities}``: float32 ``[batch, C]``
-class probabilities of a client's personalised model (shared + private leaves) for int32
+Predict = Callable[[Any, jax.Array], dict[str, jax.Array]]
+"""``predict(params, tokens) -> {mode: probabilities}``: float32 ``[batch, C]`` class
+probabilities of a client's personalised model (shared + private leaves) for int32
 ``[batch, len]`` tokens, one entry per inference mode (Li et al. 2021, Table 6: ``s``, ``p``,
-``sp``; single-branch models have the one mode ``full``). ``anchor`` is the frozen model the
-client started from (the Ap phase passes the model before fine-tuning); only models that use
-a frozen global model at inference read it (FedFusion's global feature extractor), and
-``None`` means the params are their own anchor."""
+``sp``; single-branch models have the one mode ``full``)."""
 
 GlobalPredict = Callable[[Params, jax.Array], jax.Array]
 """``global_predict(shared_params, tokens) -> probabilities [batch, C]``: the global model
@@ -84,8 +81,8 @@ ClientLoss = Callable[[Params, Batch, jax.Array, ClientStart],
                       tuple[jax.Array, dict[str, jax.Array]]]
 """``loss(params, batch, rng, start) -> (scalar loss, aux metrics)``, differentiated w.r.t.
 ``params`` only. ``start`` is the client's :class:`ClientStart`; a loss that needs none of it
-(cross-entropy, KTEPS) ``del``-s it, a plug-in term reads it (FedProx's centre, FedMMD's and
-FedFusion's frozen global model, FedKC's exchanged knowledge, ASP's domain). The aux dict must
+(cross-entropy, KTEPS) ``del``-s it, a plug-in term reads it (FedProx's centre, FedMMD's
+frozen global model, FedKC's exchanged knowledge, ASP's domain). The aux dict must
 hold ``accuracy`` (float32 scalar, on the batch's real rows)."""
 
 BoundLoss = Callable[[Params, Batch, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
@@ -261,6 +258,10 @@ class Algorithm(NamedTuple):
       central: ``None`` (federated: the round's local epochs, upload and aggregation) or the
         :class:`CentralTrainer` of a centralised baseline (FS, ASP: no upload, sampling,
         compression or DP-SGD).
+      local_copies: ``{copy: source}`` over top-level module names: modules a client makes
+        itself from the model it downloads, frozen during local training and never sent
+        (FedFusion's reference extractor, Yao et al. 2019); see
+        :mod:`fedjax_sc.algorithms.copies`. Empty for every other algorithm.
     """
 
     name: str
@@ -277,3 +278,4 @@ class Algorithm(NamedTuple):
     client_gradient: Callable[[BoundLoss], GradientFn] | None = None
     knowledge: KnowledgeFn | None = None
     central: CentralTrainer | None = None
+    local_copies: Mapping[str, str] = {}

@@ -17,8 +17,7 @@ def single_branch(model: nn.Module) -> tuple[Predict, GlobalPredict]:
     The global model is ``model.global_logits`` (FURL's user vector set to zero).
     """
 
-    def predict(params: Params, tokens: jax.Array, anchor: Params | None = None):
-        del anchor
+    def predict(params: Params, tokens: jax.Array):
         return {"full": jax.nn.softmax(model.apply({"params": params}, tokens), -1)}
 
     def global_predict(params: Params, tokens: jax.Array):
@@ -33,8 +32,7 @@ def two_branch(model: nn.Module) -> tuple[Predict, GlobalPredict]:
     (:func:`fedjax_sc.models.private_shared.mode_probabilities`); the global model is the
     shared branch."""
 
-    def predict(params: Params, tokens: jax.Array, anchor: Params | None = None):
-        del anchor
+    def predict(params: Params, tokens: jax.Array):
         return mode_probabilities(model.apply({"params": params}, tokens))
 
     def global_predict(params: Params, tokens: jax.Array):

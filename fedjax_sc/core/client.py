@@ -9,6 +9,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fedjax_sc.algorithms import copies
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params, bind
 from fedjax_sc.core.heterogeneity import LocalWork
 from fedjax_sc.core.local import epoch_schedule, local_steps, stream_batch
@@ -43,13 +44,14 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
       -> (params, RoundMetrics)`` for one client: ``tokens`` int32 ``[max_examples, len]``,
       ``labels`` int32 ``[max_examples]``, ``mask`` bool ``[max_examples]``; ``knowledge`` and
       ``client`` (int32 scalar) reach an anchored loss in its
-      :class:`~fedjax_sc.algorithms.base.ClientStart` (with ``params`` as the start params);
+      :class:`~fedjax_sc.algorithms.base.ClientStart` (with ``params``, its local copies made
+      (:mod:`fedjax_sc.algorithms.copies`), as the start params);
       the metrics fields are scalars. The loss of epoch e, batch j gets the key
       ``fold_in(fold_in(key, e), j)`` -- independent of padding too. With an active ``work``
       (:mod:`fedjax_sc.core.heterogeneity`) the client runs the first ``budget`` (int32
       scalar) steps of its stream of epochs, within a scan of ``work.scan_length`` steps.
     """
-    opt = algorithm.client_optimizer
+    opt = copies.freeze(algorithm.client_optimizer, algorithm.local_copies)
     hetero = work is not None and work.active
 
     def gradient_fn(start: ClientStart):
@@ -59,6 +61,7 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
 
     def client_update(params: Params, tokens, labels, mask, key, knowledge=(), client=0,
                       budget=None):
+        params = copies.make_copies(params, algorithm.local_copies)
         loss_and_grad = gradient_fn(ClientStart(params, knowledge, client))
 
         def step(params, inputs):

@@ -3,7 +3,8 @@
 Counts follow the shapes of what is actually exchanged, obtained with ``jax.eval_shape`` of
 the algorithm's upload transform (nothing is run):
 
-* **download**: the server's shared leaves a client receives; with local vocabularies only
+* **download**: the server's shared leaves a client receives (without the algorithm's local
+  copies, which a client makes itself); with local vocabularies only
   the rows of V^k of each word-embedding table (Remark 3), otherwise the whole ``[V, d]``.
 * **upload, dense**: the client's trained shared leaves as the identity upload would send them
   (tables: ``|V^k| x d``, or ``V x d`` without local vocabularies).
@@ -25,6 +26,7 @@ import jax
 import numpy as np
 from flax import traverse_util
 
+from fedjax_sc.algorithms import copies
 from fedjax_sc.algorithms.base import Algorithm, UploadContext
 from fedjax_sc.algorithms.compression import Compressed
 from fedjax_sc.core.round import TABLE_PATHS, ServerState, get_leaf, row_masks
@@ -98,7 +100,8 @@ def account(algorithm: Algorithm, state: ServerState, clients: ClientData,
     Returns:
       The :class:`Communication` figures.
     """
-    params = state.params
+    # local copies (FedFusion's reference extractor) are made on the client: never sent
+    params = copies.without_copies(state.params, algorithm.local_copies)
     flat = traverse_util.flatten_dict(params)
     tables = ["/".join(p) for p in table_paths if p in flat]
     masks = row_masks(clients)

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_sc.algorithms import masking
+from fedjax_sc.algorithms import copies, masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, bind
 from fedjax_sc.core.evaluate import count_correct, mean_accuracy
 from fedjax_sc.core.local import epoch_order, local_steps
@@ -107,15 +107,18 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
     if num_evals < 0 or steps_per_eval < 0 or batch_size < 1:
         raise ValueError(f"need num_evals >= 0, steps_per_eval >= 0, batch_size >= 1; got "
                          f"{num_evals}, {steps_per_eval}, {batch_size}")
+    optimizer = copies.freeze(optimizer, algorithm.local_copies)
+
     def one_client(shared, private, ids, vmask, tokens, labels, mask, test_tokens, test_labels,
                    test_mask, key, client, tables):
         full = masking.merge(shared, private)
+        full = copies.make_copies(full, algorithm.local_copies)
         work = gather_rows(full, ids, tables)
         # a loss with a centre (FedProx) is centred at the model before fine-tuning; no
         # knowledge exchange in this phase
         loss_and_grad = jax.value_and_grad(
             bind(algorithm.client_loss, ClientStart(work, (), client)), has_aux=True)
-        predict = lambda params, tokens: algorithm.predict(params, tokens, full)
+        predict = algorithm.predict
         count = jnp.sum(mask)
         num_batches = jnp.maximum((count + batch_size - 1) // batch_size, 1)
 

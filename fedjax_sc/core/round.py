@@ -10,7 +10,8 @@ metrics)``:
    every client's message from the downloaded shared params and its data (never from a
    private leaf: an algorithm with both is refused); every client loss sees its
    :class:`~fedjax_sc.algorithms.base.ClientStart` (start params, all messages, client index:
-   FedProx's centre, FedMMD's and FedFusion's frozen model, FedKC's knowledge);
+   FedProx's centre, FedMMD's frozen model, FedKC's knowledge); an algorithm's local copies
+   (FedFusion's reference extractor, :mod:`fedjax_sc.algorithms.copies`) are made now;
 2. every client runs ``local_epochs`` epochs of mini-batch training on its own examples,
    reshuffled each epoch, optimizer state fresh -- all clients at once under ``jax.vmap``,
    the steps of one client as a ``lax.scan``; a client with fewer batches than the largest one
@@ -19,10 +20,11 @@ metrics)``:
    :mod:`fedjax_sc.core.heterogeneity`) each client runs its own budget of steps instead, and
    a client without steps uploads nothing;
 3. each client keeps its private leaves (the new ``client_states``) and encodes its shared
-   ones with the algorithm's upload transform; the server decodes every message, aggregates
+   ones (local copies left out) with the algorithm's upload transform; the server decodes every message, aggregates
    them with weights N^k / N (or ``ClientData.weights``, normalised) and applies its server
    update (the aggregate itself, or an optax step on the pseudo-gradient
-   ``params - aggregate``: FedOpt, :mod:`fedjax_sc.algorithms.fedopt`).
+   ``params - aggregate``: FedOpt, :mod:`fedjax_sc.algorithms.fedopt`); the new model's
+   local copies are remade from the model the clients downloaded.
 
 The round runs on whichever clients it is given: all N, or the M sampled for this round by
 :mod:`fedjax_sc.core.participation` (their data and private leaves gathered, the new private
@@ -54,7 +56,7 @@ import optax
 from flax import traverse_util
 
 from fedjax_sc import streams
-from fedjax_sc.algorithms import fednova, masking
+from fedjax_sc.algorithms import copies, fednova, masking
 from fedjax_sc.algorithms.aggregate import example_weights, weighted_mean_rows
 from fedjax_sc.algorithms.base import (
     Algorithm,
@@ -214,13 +216,15 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         return shared, ClientStates(private), metrics
 
     def encode(state: ServerState, shared: Params, clients: ClientData, rng: jax.Array):
+        shared = copies.without_copies(shared, algorithm.local_copies)  # never sent
         if not jax.tree.leaves(shared):  # nothing is shared (Indiv): nothing is sent
             return shared, {}
         upload_key = jax.random.fold_in(jax.random.fold_in(rng, state.round), streams.UPLOAD)
         keys = jax.vmap(lambda k: jax.random.fold_in(upload_key, k))(
             jnp.arange(clients.num_clients))
         masks = row_masks(clients)
-        keyed = {"/".join(p): masks for p in tables(state.params, clients)}
+        sent = copies.without_copies(state.params, algorithm.local_copies)
+        keyed = {"/".join(p): masks for p in tables(sent, clients)}
         return jax.vmap(lambda params, key, m: upload.encode(
             params, state.upload_state, key, UploadContext(m)))(shared, keys, keyed)
 
@@ -238,20 +242,24 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                                  "client's local steps (RoundMetrics.steps)")
             raw = participation_weights(raw, steps)
         weights = example_weights(raw)
+        # the local copies are not sent: aggregated without them, remade from the model
+        # the clients downloaded (mod:`fedjax_sc.algorithms.copies`)
+        base = copies.without_copies(state.params, algorithm.local_copies)
         if work.aggregation == "fednova":
-            uploads = normalised_uploads(state.params, uploads, clients, weights, steps)
+            uploads = normalised_uploads(base, uploads, clients, weights, steps)
         flat = traverse_util.flatten_dict(uploads)
-        by_rows = {p: flat.pop(p) for p in tables(state.params, clients)}
+        by_rows = {p: flat.pop(p) for p in tables(base, clients)}
         params = algorithm.aggregator(traverse_util.unflatten_dict(flat), weights)
         params = masking.merge(params, traverse_util.unflatten_dict({
-            p: weighted_mean_rows(get_leaf(state.params, p), clients.vocab_ids, rows,
+            p: weighted_mean_rows(get_leaf(base, p), clients.vocab_ids, rows,
                                   row_masks(clients), weights) for p, rows in by_rows.items()}))
         opt_state = state.opt_state
         if algorithm.server_optimizer is not None:  # FedOpt: a step on params - aggregate
-            pseudo_grad = jax.tree.map(jnp.subtract, state.params, params)
+            pseudo_grad = jax.tree.map(jnp.subtract, base, params)
             updates, opt_state = algorithm.server_optimizer.update(pseudo_grad, opt_state,
-                                                                   state.params)
-            params = optax.apply_updates(state.params, updates)
+                                                                   base)
+            params = optax.apply_updates(base, updates)
+        params = copies.restore_copies(params, state.params, algorithm.local_copies)
         # no client with an example (weights summing to 0): the mean would be all zeros and
         # kill the model for good; the server keeps its model and optimizer state instead
         empty = jnp.sum(raw) <= 0
@@ -354,7 +362,7 @@ def init_states(algorithm: Algorithm, params: Params,
                 num_clients: int) -> tuple[ServerState, ClientStates]:
     """Round-0 states: the shared leaves go to the server (with the server optimizer's and the
     upload transform's initial states), every client starts its private leaves from the same
-    initial values.
+    initial values (the algorithm's local copies made).
 
     Raises:
       ValueError: ``num_clients`` < 1, or the algorithm's ``leaf_rules`` do not cover the
@@ -362,12 +370,14 @@ def init_states(algorithm: Algorithm, params: Params,
     """
     if not isinstance(num_clients, numbers.Integral) or num_clients < 1:
         raise ValueError(f"num_clients must be an int >= 1, got {num_clients!r}")
-    shared, private = split_private(algorithm, params)
+    shared, private = split_private(algorithm, copies.make_copies(params,
+                                                                 algorithm.local_copies))
     stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_clients,) + x.shape), private)
+    sent = copies.without_copies(shared, algorithm.local_copies)
     opt_state = (() if algorithm.server_optimizer is None
-                 else algorithm.server_optimizer.init(shared))
+                 else algorithm.server_optimizer.init(sent))
     return (ServerState(shared, jnp.zeros((), jnp.int32), opt_state,
-                        algorithm.upload.init(shared)), ClientStates(stacked))
+                        algorithm.upload.init(sent)), ClientStates(stacked))
 
 
 def split_private(algorithm: Algorithm, params: Params) -> tuple[Params, Params]:

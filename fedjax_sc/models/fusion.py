@@ -12,8 +12,13 @@ o in R^{2h} (Eq. 1-3 of Li et al. 2021), and the operators become:
   sigmoid(v)`` in (0, 1)^{2h} (starts at 1/2);
 * ``single``: the same with one scalar ``a``.
 
-Without global features (the global model itself, whose local and global extractors are the
-same) the operator fuses the features with themselves.
+The frozen global extractor is part of the model, as in Yao et al.'s code (thu-media/FedFusion,
+``model/cifar_models.py``: the ``refer_*`` layers sit in the model's state dict): a second
+Embedding-BiGRU, ``reference_embedding`` and ``reference_encoder``, whose features enter the
+fusion under ``stop_gradient``. FedFusion declares it a local copy of the extractor
+(:data:`REFERENCE`, :mod:`fedjax_sc.algorithms.copies`): a client sets it to the extractor it
+downloads, and the global model's reference is the extractor of the round before, the one its
+clients trained against, which is what Ag and Ap evaluate with.
 """
 
 from __future__ import annotations
@@ -55,8 +60,17 @@ class Fusion(nn.Module):
         return a * local + (1.0 - a) * global_
 
 
+REFERENCE = {"reference_embedding": "embedding", "reference_encoder": "encoder"}
+"""The reference extractor's modules of :class:`FusionClassifier`, each with the module it
+copies."""
+
+
 class FusionClassifier(nn.Module):
-    """Embedding-BiGRU-SeqMean extractor, fusion with the global extractor, MLP classifier.
+    """Embedding-BiGRU-SeqMean extractor, fusion with the frozen reference extractor, MLP
+    classifier.
+
+    Params: ``embedding``, ``encoder``, ``fuse``, ``classifier`` and the reference copies
+    ``reference_embedding`` (``[V, d]``) and ``reference_encoder`` (no gradient reaches them).
 
     Attributes:
       vocab_size, embed_dim, hidden, mlp_hidden, num_classes: as ``TextClassifier``.
@@ -77,24 +91,25 @@ class FusionClassifier(nn.Module):
             raise ValueError(f"unknown fusion {self.fusion!r}; choose from {FUSIONS}")
         self.embedding = Embedding(self.vocab_size, self.embed_dim, self.dtype)
         self.encoder = BiGRU(self.hidden, self.dtype)
+        self.reference_embedding = Embedding(self.vocab_size, self.embed_dim, self.dtype)
+        self.reference_encoder = BiGRU(self.hidden, self.dtype)
         self.fuse = Fusion(self.fusion)
         self.classifier = MLP(self.mlp_hidden, self.num_classes, self.dtype)
 
     def features(self, tokens: jax.Array) -> jax.Array:
-        """Pooled features of this model's extractor: float32 ``[batch, 2 * hidden]``."""
+        """Pooled features of the trained extractor: float32 ``[batch, 2 * hidden]``."""
         mask = tokens != PAD
         return seq_mean(self.encoder(self.embedding(tokens), mask), mask).astype(jnp.float32)
 
-    def __call__(self, tokens: jax.Array, global_features: jax.Array | None = None
-                 ) -> jax.Array:
-        """Logits float32 ``[batch, num_classes]``.
+    def reference_features(self, tokens: jax.Array) -> jax.Array:
+        """Pooled features of the frozen reference extractor (``stop_gradient``): float32
+        ``[batch, 2 * hidden]``."""
+        mask = tokens != PAD
+        out = seq_mean(self.reference_encoder(self.reference_embedding(tokens), mask), mask)
+        return jax.lax.stop_gradient(out.astype(jnp.float32))
 
-        Args:
-          tokens: int32 ``[batch, len]``.
-          global_features: the frozen global extractor's features of the same tokens, float
-            ``[batch, 2 * hidden]``; None fuses the model's features with themselves (the
-            global model).
-        """
-        local = self.features(tokens)
-        return self.classifier(self.fuse(local, local if global_features is None
-                                         else global_features))
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        """Logits float32 ``[batch, num_classes]`` for int32 ``[batch, len]`` tokens: the
+        trained extractor's features fused with the reference extractor's."""
+        return self.classifier(self.fuse(self.features(tokens),
+                                         self.reference_features(tokens)))

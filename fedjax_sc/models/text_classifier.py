@@ -268,7 +268,7 @@ def init_params(model: nn.Module, rng: jax.Array,
       rng: PRNG key.
       embedding_matrix: optional float ``[vocab_size, embed_dim]`` (e.g. GloVe rows from
         :mod:`fedjax_sc.data.embeddings`); it initialises every word-embedding table of the
-        model (``embedding`` and, if present, ``private_embedding``).
+        model (every module of :data:`TABLE_MODULES` it has).
 
     Returns:
       The ``params`` collection (a nested dict of float32 arrays).
@@ -289,6 +289,6 @@ def init_params(model: nn.Module, rng: jax.Array,
     return params
 
 
-TABLE_MODULES = ("embedding", "private_embedding")
+TABLE_MODULES = ("embedding", "private_embedding", "reference_embedding")
 """Top-level names of the word-embedding modules; each holds its ``[V, d]`` table at
-``<name>/embedding``."""
+``<name>/embedding`` (``reference_embedding``: FedFusion's frozen copy)."""

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from fedjax_sc.algorithms import fedkc as fedkc_lib
 from fedjax_sc.algorithms.asp import orthogonality
 from fedjax_sc.algorithms.base import Batch, ClientStart
+from fedjax_sc.algorithms.copies import freeze, make_copies
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.fedfusion import fedfusion
 from fedjax_sc.algorithms.fedmmd import fedmmd
@@ -127,26 +128,88 @@ def test_orthogonality_is_zero_for_orthogonal_features():
     assert bool(jnp.all(jnp.isfinite(grads)))
 
 
-def test_fusion_starts_as_the_plain_model_and_uses_the_frozen_features(scene):
+def test_fusion_starts_as_the_plain_model_and_uses_the_frozen_reference(scene):
     fused = FusionClassifier(vocab_size=len(scene.vocab), **DIMS)
     plain = TextClassifier(vocab_size=len(scene.vocab), **DIMS)
-    params = init_params(fused, jax.random.key(1))
+    alg = fedfusion(fused)
+    params = make_copies(init_params(fused, jax.random.key(1)), alg.local_copies)
     tokens = jnp.asarray(scene.test.tokens[0, :4])
-    without = {k: v for k, v in params.items() if k != "fuse"}
+    without = {k: params[k] for k in ("embedding", "encoder", "classifier")}
     np.testing.assert_allclose(jax.jit(fused.apply)({"params": params}, tokens),
                                jax.jit(plain.apply)({"params": without}, tokens), atol=1e-6)
-    alg = fedfusion(fused)
     other = init_params(fused, jax.random.key(2))
+    moved = {**params, "reference_encoder": other["encoder"]}
     batch = Batch(tokens, jnp.asarray(scene.test.labels[0, :4]), jnp.ones(4, bool))
     # compiled once each (op by op, this test compiled some 120 small programs)
-    loss_at = jax.jit(lambda start: alg.client_loss(params, batch, None, ClientStart(start))[0])
-    same = loss_at(params)
-    moved = loss_at(other)
-    assert float(same) != float(moved)  # the frozen extractor's features enter the loss
-    grads = jax.jit(jax.grad(loss_at))(other)
-    assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree.leaves(grads))
-    probs = jax.jit(alg.predict)(params, tokens, other)["full"]
+    loss_at = jax.jit(lambda p: alg.client_loss(p, batch, None, ClientStart(p))[0])
+    assert float(loss_at(params)) != float(loss_at(moved))  # the reference enters the loss
+    grads = jax.jit(jax.grad(loss_at))(moved)
+    for name, tree in grads.items():
+        top = max(float(jnp.abs(g).max()) for g in jax.tree.leaves(tree))
+        assert (top == 0.0) == name.startswith("reference_"), (name, top)
+    # whatever reaches the reference (DP-SGD's noise), local training does not move it
+    noisy = jax.tree.map(jnp.ones_like, params)
+    frozen = freeze(alg.client_optimizer, alg.local_copies)
+    updates, _ = frozen.update(noisy, frozen.init(params), params)
+    for name, tree in updates.items():
+        moves = any(bool(jnp.any(u != 0)) for u in jax.tree.leaves(tree))
+        assert moves != name.startswith("reference_"), name
+    probs = jax.jit(alg.predict)(params, tokens)["full"]
     np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("private_embedding", [True, False], ids=["private", "shared"])
+def test_fusion_global_model_keeps_the_extractor_its_clients_trained_against(
+        scene, private_embedding):
+    """Yao et al.'s FedFusion: after round r the global model's reference extractor is the
+    extractor of round r - 1 (the averaged frozen copies), the one the clients fused with."""
+    fused = FusionClassifier(vocab_size=len(scene.vocab), **DIMS)
+    alg = fedfusion(fused, 0.1, private_embedding=private_embedding)
+    data = client_data(scene.train, local_vocab=True)
+    state, clients = rnd.init_states(alg, init_params(fused, jax.random.key(1)),
+                                     data.num_clients)
+    chex.assert_trees_all_equal(state.params["reference_encoder"], state.params["encoder"])
+    step = jax.jit(rnd.build_round(alg, batch_size=4, local_epochs=1))
+    for r in range(2):
+        before_state, before_clients = state, clients
+        state, clients, _ = step(state, clients, data, jax.random.key(r))
+        chex.assert_trees_all_close(state.params["reference_encoder"],
+                                    before_state.params["encoder"], atol=1e-6)
+        assert not np.allclose(state.params["encoder"]["recurrent_kernel"],
+                               before_state.params["encoder"]["recurrent_kernel"])
+        where = clients.private if private_embedding else state.params
+        before = before_clients.private if private_embedding else before_state.params
+        assert ("embedding" in clients.private) == private_embedding
+        # every client's reference table is its own table at the start of the round
+        chex.assert_trees_all_close(where["reference_embedding"], before["embedding"],
+                                    atol=1e-6)
+    # local-vocabulary rows train exactly what the dense tables train, the copy included
+    dense = rnd.init_states(alg, init_params(fused, jax.random.key(1)), data.num_clients)
+    for r in range(2):
+        dense = step(*dense, client_data(scene.train, local_vocab=False), jax.random.key(r))[:2]
+    chex.assert_trees_all_close((state, clients), dense, atol=2e-6)
+
+
+def test_fusion_reference_is_never_sent_and_survives_noise_and_a_server_optimizer(scene):
+    """The reference is a local copy: not uploaded (so neither noised nor counted) and remade
+    by the server, exactly, even under FedOpt's Adam, which would turn the rounding of a mean
+    of identical copies into a full step."""
+    import optax
+
+    from fedjax_sc.algorithms.noise import gaussian_noise
+    fused = FusionClassifier(vocab_size=len(scene.vocab), **DIMS)
+    alg = fedfusion(fused, 0.1)._replace(server_optimizer=optax.adam(0.05),
+                                         upload=gaussian_noise(0.01))
+    before, _, _ = _run(alg, scene, init_params(fused, jax.random.key(1)), rounds=1)
+    after, _, _ = _run(alg, scene, init_params(fused, jax.random.key(1)), rounds=2)
+    chex.assert_trees_all_equal(after.params["reference_encoder"], before.params["encoder"])
+    data = client_data(scene.train, local_vocab=True)
+    figures = communication.account(alg, after, data)
+    sent = {k: v for k, v in after.params.items() if not k.startswith("reference_")}
+    plain = communication.account(alg._replace(local_copies={}),
+                                  after._replace(params=sent), data)
+    np.testing.assert_array_equal(figures.upload_sent_floats, plain.upload_sent_floats)
+    np.testing.assert_array_equal(figures.download_floats, plain.download_floats)
 
 
 def test_kmeans_assigns_points_to_their_nearest_centre_and_ignores_padding():
