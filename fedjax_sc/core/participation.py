@@ -107,6 +107,32 @@ def pad_clients(tree: Any, multiple: int) -> tuple[Any, int]:
         [np.asarray(x), np.repeat(np.asarray(x)[:1], extra, axis=0)]), tree), k
 
 
+def round_data(data, idx: np.ndarray, sampling: str, multiple: int):
+    """Host rows ``idx`` of ``data`` (a :class:`~fedjax_sc.data.client_data.ClientData` of
+    NumPy arrays) for one round: aggregation weights for ``sampling``
+    (:func:`aggregation_weights`; None under uniform), padded to a multiple of ``multiple``
+    clients with inert ones (no examples, no weight, no vocabulary rows)."""
+    data = gather(data, idx)
+    weights = None if sampling == "uniform" else aggregation_weights(data.counts, sampling)
+    data = data._replace(weights=weights)
+    data, real = pad_clients(data, multiple)
+    if data.num_clients > real:  # padding clients: no examples, no weight
+        mask = data.mask.copy()
+        mask[real:] = False
+        counts = data.counts.copy()
+        counts[real:] = 0
+        data = data._replace(mask=mask, counts=counts)
+        if data.weights is not None:
+            w = data.weights.copy()
+            w[real:] = 0
+            data = data._replace(weights=w)
+        if data.vocab_mask is not None:
+            vm = data.vocab_mask.copy()
+            vm[real:] = False
+            data = data._replace(vocab_mask=vm)
+    return data
+
+
 class ClientFeed:
     """Hands the compiled round its clients, round after round, and keeps every client's
     private leaves.
@@ -120,7 +146,8 @@ class ClientFeed:
     Args:
       data: the round's training split, host arrays (``round.host_client_data``), N clients.
       private: the N clients' private leaves (``ClientStates.private``), leading axis N.
-      mesh: the device mesh (``sharding.client_mesh``).
+      mesh: the device mesh (``sharding.client_mesh``; a 2-D ``population_mesh`` too: the
+        clients split over its ``clients`` axis, replicated over its members).
       num_sampled: M per round; None = all N.
       sampling: ``uniform`` or ``size`` (:func:`sample_clients`).
       seed: the run's seed (sampling draws).
@@ -135,7 +162,7 @@ class ClientFeed:
 
         self._put = lambda tree: sharding.put_clients(tree, mesh)
         self._get = sharding.to_host
-        self.devices = mesh.size
+        self.devices = sharding.client_devices(mesh)
         self.data = data
         self.num_clients = data.num_clients
         self.num_sampled = self.num_clients if num_sampled is None else num_sampled
@@ -157,26 +184,7 @@ class ClientFeed:
         return -(-self.num_sampled // self.devices) * self.devices
 
     def _place(self, idx: np.ndarray):
-        data = gather(self.data, idx)
-        weights = (None if self.sampling == "uniform"
-                   else aggregation_weights(data.counts, self.sampling))
-        data = data._replace(weights=weights)
-        data, real = pad_clients(data, self.devices)
-        if data.num_clients > real:  # padding clients: no examples, no weight
-            mask = data.mask.copy()
-            mask[real:] = False
-            counts = data.counts.copy()
-            counts[real:] = 0
-            data = data._replace(mask=mask, counts=counts)
-            if data.weights is not None:
-                w = data.weights.copy()
-                w[real:] = 0
-                data = data._replace(weights=w)
-            if data.vocab_mask is not None:
-                vm = data.vocab_mask.copy()
-                vm[real:] = False
-                data = data._replace(vocab_mask=vm)
-        return self._put(data)
+        return self._put(round_data(self.data, idx, self.sampling, self.devices))
 
     def sample(self, round_index: int) -> np.ndarray:
         """The round's client indices (all N, in order, without sampling)."""

@@ -114,7 +114,7 @@ def init_from_params(build: Builder, params: Params, hparams: HParams, num_clien
 def build_population_round(build: Builder, *, batch_size: int, local_epochs: int,
                            trainer: Callable[..., Callable] | None = None,
                            per_member_data: bool = False,
-                           member_axis: str = "auto") -> Callable:
+                           member_axis: str = "auto", member_shards: int = 1) -> Callable:
     """The un-jitted population round.
 
     Args:
@@ -131,6 +131,11 @@ def build_population_round(build: Builder, *, batch_size: int, local_epochs: int
         a member is its standalone run exactly and a population never costs more than its
         members in turn), or ``auto`` (default: ``map`` on the CPU, ``vmap`` elsewhere, the
         faster of the two on each: see ``benchmarks/population_speed.py``).
+      member_shards: the size of the member axis of a ``members x clients`` device mesh
+        (:func:`fedjax_sc.core.sharding.population_mesh`), dividing P. Above 1, ``map`` runs
+        the members as ``member_shards`` groups ``vmap``-ped over, each group one member
+        after another (``jax.lax.map``), so that XLA gives each row of the mesh its own
+        members instead of every member to every device; ``vmap`` is unchanged.
 
     Returns:
       ``round_step(states, client_states, clients, keys, hparams) -> (states, client_states,
@@ -169,8 +174,13 @@ def build_population_round(build: Builder, *, batch_size: int, local_epochs: int
             state, own, data, key, values = xs
             return one(state, own, clients if data is None else data, key, values)
 
-        return jax.lax.map(each, (states, client_states,
-                                  clients if per_member_data else None, keys, dict(hparams)))
+        xs = (states, client_states, clients if per_member_data else None, keys,
+              dict(hparams))
+        if member_shards == 1:
+            return jax.lax.map(each, xs)
+        groups = jax.tree.map(lambda x: x.reshape(member_shards, -1, *x.shape[1:]), xs)
+        out = jax.vmap(lambda g: jax.lax.map(each, g))(groups)
+        return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), out)
 
     return round_step
 

@@ -16,6 +16,14 @@ Multi-host (several processes, e.g. TPU pods or several GPU hosts): call
 ``jax.devices()`` (all processes' devices; :func:`client_mesh` does this). Every process loads
 the same scene and calls the same functions; :func:`put_clients` gives each process only the
 client rows of its own devices (``jax.make_array_from_callback``).
+
+Populations (:mod:`fedjax_sc.core.population`: P members stacked on a leading member axis)
+use a 2-D mesh ``members x clients`` (:func:`population_mesh`): the member axis first, laid
+over the processes (process p's devices are consecutive rows, so with P a multiple of the
+process count a process holds whole members), the client axis within. A member's server state
+is placed ``P("members")``, its private leaves ``P("members", "clients")`` and the round's
+data ``P("clients")`` (replicated over the members) or ``P("members", "clients")`` when each
+member samples its own clients (:func:`put_members`). A 1 x D mesh is the 1-D client mesh.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 CLIENTS = "clients"
+MEMBERS = "members"
 
 
 def client_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -47,12 +56,101 @@ def put_clients(tree: Any, mesh: Mesh) -> Any:
       ValueError: a leaf's client axis is not a multiple of the number of devices.
     """
     sharding = NamedSharding(mesh, P(CLIENTS))
+    devices = client_devices(mesh)
 
     def put(x):
         x = np.asarray(x)
-        if x.ndim == 0 or x.shape[0] % mesh.size:
+        if x.ndim == 0 or x.shape[0] % devices:
             raise ValueError(f"a client axis of {x.shape[:1]} does not split over "
-                             f"{mesh.size} devices; pad it (participation.pad_clients)")
+                             f"{devices} devices; pad it (participation.pad_clients)")
+        return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+    return jax.tree.map(put, tree)
+
+
+def client_devices(mesh: Mesh) -> int:
+    """The size of the mesh's ``"clients"`` axis: the devices a client axis splits over."""
+    return int(dict(mesh.shape)[CLIENTS])
+
+
+def parse_mesh(text: str) -> tuple[int, int]:
+    """``"2x4"`` -> ``(2, 4)``: the ``--mesh MEMBERSxCLIENTS`` flag.
+
+    Raises:
+      ValueError: not two positive integers joined by ``x`` (names the flag).
+    """
+    parts = str(text).lower().split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"--mesh {text}: write MEMBERSxCLIENTS, e.g. 2x4 (two positive "
+                         f"integers whose product is the number of devices)")
+    return int(parts[0]), int(parts[1])
+
+
+def mesh_shape(members: int, devices: int, processes: int = 1) -> tuple[int, int]:
+    """The automatic ``(member axis, client axis)`` sizes for ``members`` members on
+    ``devices`` devices in ``processes`` processes: the largest member-axis size dividing
+    both ``members`` and ``devices``, among those that are a multiple of ``processes`` (each
+    process then holds whole members) when any is; ``(1, devices)`` for one member."""
+    sizes = [m for m in range(1, devices + 1) if members % m == 0 and devices % m == 0]
+    whole = [m for m in sizes if m % processes == 0]
+    m = max(whole or sizes)
+    return m, devices // m
+
+
+def population_mesh(members: int, shape: tuple[int, int] | str | None = None,
+                    devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A 2-D mesh ``("members", "clients")`` over ``devices`` (default: ``jax.devices()``,
+    every device of every process) for a population of ``members`` members.
+
+    Args:
+      members: P, the population's size (1: a single run, a ``1 x D`` mesh).
+      shape: ``(m, c)`` or ``"MxC"`` (``--mesh``); None: :func:`mesh_shape`.
+      devices: the devices, ordered here by (process, id) so that each process's devices
+        are consecutive rows of the member axis.
+
+    Raises:
+      ValueError: no device, ``m * c`` not the number of devices, or ``m`` not dividing
+        ``members`` (one line naming ``--mesh``).
+    """
+    devices = sorted(jax.devices() if devices is None else devices,
+                     key=lambda d: (d.process_index, d.id))
+    if not devices:
+        raise ValueError("population_mesh needs at least one device")
+    if shape is None:
+        shape = mesh_shape(members, len(devices), len({d.process_index for d in devices}))
+    m, c = parse_mesh(shape) if isinstance(shape, str) else shape
+    if m * c != len(devices):
+        raise ValueError(f"--mesh {m}x{c}: {m * c} devices, but the run has {len(devices)} "
+                         f"(MEMBERS x CLIENTS must be the number of devices)")
+    if members % m:
+        raise ValueError(f"--mesh {m}x{c}: {members} member(s) do not split over a member "
+                         f"axis of {m} (it must divide the number of members)")
+    return Mesh(np.asarray(devices).reshape(m, c), (MEMBERS, CLIENTS))
+
+
+def member_sharding(mesh: Mesh, clients: bool) -> NamedSharding:
+    """``P("members", "clients")`` (``clients``: leaves ``[P, K, ...]``) or ``P("members")``
+    (leaves ``[P, ...]``) on a :func:`population_mesh`."""
+    return NamedSharding(mesh, P(MEMBERS, CLIENTS) if clients else P(MEMBERS))
+
+
+def put_members(tree: Any, mesh: Mesh, clients: bool) -> Any:
+    """Places every leaf (numpy or jax, leading member axis ``[P, ...]``, then a client axis
+    when ``clients``) as :func:`member_sharding` says; each process places only its own
+    devices' blocks.
+
+    Raises:
+      ValueError: a member axis that does not split over the member axis of the mesh, or a
+        client axis that does not split over its client axis.
+    """
+    sharding = member_sharding(mesh, clients)
+    m, c = int(dict(mesh.shape)[MEMBERS]), client_devices(mesh)
+
+    def put(x):
+        x = np.asarray(x)
+        if x.ndim < 1 + clients or x.shape[0] % m or (clients and x.shape[1] % c):
+            raise ValueError(f"an array of shape {x.shape} does not split over a "
+                             f"{m} x {c} mesh of members x clients")
         return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
 
     return jax.tree.map(put, tree)

@@ -152,10 +152,13 @@ def _train(args: dict) -> None:
     """One run, or with --seeds / --grid a population of runs under --out."""
     from fedjax_sc.run import members
     from fedjax_sc.run.train import TrainConfig, train, train_population
-    seeds, specs = args.pop("seeds"), args.pop("grid")
+    seeds, specs, mesh = args.pop("seeds"), args.pop("grid"), args.pop("mesh")
     config = TrainConfig(**args)
     if seeds is None and not specs:
-        train(config)
+        if mesh:
+            train(config, mesh=mesh)
+        else:
+            train(config)
         return
     if seeds is not None and config.seed != _d("seed"):
         raise ValueError("--seed and --seeds: give one of them")
@@ -163,7 +166,8 @@ def _train(args: dict) -> None:
     configs = members.expand(config, None if seeds is None else members.parse_seeds(seeds),
                              grid)
     Path(config.out).mkdir(parents=True, exist_ok=True)
-    train_population(configs, index=Path(config.out) / "population.json", grid=list(grid))
+    train_population(configs, index=Path(config.out) / "population.json", grid=list(grid),
+                     mesh=mesh)
 
 
 def _reproduce(args: dict) -> None:

@@ -226,6 +226,12 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="train every value as members of one population (repeat for a "
                    "product grid), e.g. lr=0.01,0.05 or lambda_kt=0,0.01; names: "
                    + ", ".join(GRID_NAMES))
+    t.add_argument("--mesh", metavar="MEMBERSxCLIENTS",
+                   help="the devices of every process as a members x clients mesh, e.g. 2x4: "
+                   "a population's members split over the first axis (it must divide their "
+                   "number), each member's clients over the second; the product must be the "
+                   "number of devices (default: the largest member axis dividing both the "
+                   "members and the devices, whole processes first; 1xD for one run)")
     t.add_argument("--tensorboard", action="store_true",
                    help="also write the metrics as TensorBoard event files in "
                    "<out>/tensorboard (needs fedjax_sc[tensorboard])")

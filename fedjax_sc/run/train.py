@@ -11,9 +11,10 @@ equal to the checkpoint's round) only redoes the evaluation and the Ap phase.
 
 Scale: ``partition`` re-splits the scene's pooled domains into ``num_clients`` clients
 (:mod:`fedjax_sc.data.partition`); ``clients_per_round`` samples M of them per round
-(:class:`fedjax_sc.core.participation.ClientFeed`: data and private leaves stay on the host,
-sampled rows are gathered and scattered back); the client axis of every round is sharded over
-all devices (:mod:`fedjax_sc.core.sharding`); ``server_opt`` adds a FedOpt server
+(:class:`fedjax_sc.core.population_feed.PopulationFeed`: data and private leaves stay on the
+host, sampled rows are gathered and scattered back); every round runs on a ``members x
+clients`` mesh of all devices (:mod:`fedjax_sc.core.sharding`; ``1 x D`` for one run);
+``server_opt`` adds a FedOpt server
 (:mod:`fedjax_sc.algorithms.fedopt`). Several processes (:mod:`fedjax_sc.run.processes`) train
 one run together: every process runs this loop, process 0 writes the folder.
 """
@@ -35,8 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from fedjax_sc.core import communication, participation, population, sharding
+from fedjax_sc.core import communication, population, sharding
 from fedjax_sc.core.evaluate import make_evaluate, make_personal_evaluate
+from fedjax_sc.core.population_feed import PopulationFeed
 from fedjax_sc.core.round import ClientStates, build_round
 from fedjax_sc.data.client_data import client_data, host_client_data
 from fedjax_sc.run import members, processes, rundir
@@ -71,12 +73,14 @@ class NonFiniteUpdateError(RuntimeError):
     """A client's local update produced NaN/inf; the round was not aggregated or saved."""
 
 
-def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+def train(config: TrainConfig, log: Callable[[str], None] = print,
+          mesh: str | None = None) -> dict[str, Any]:
     """Runs federated training, then the Ap phase, as ``config`` says.
 
     Args:
       config: the run's configuration (``None`` fields resolved from the scene preset).
       log: where progress lines go.
+      mesh: ``--mesh``, as :func:`train_population`'s (one run: ``1xD`` or None).
 
     Returns:
       The final report: ``{"rounds", "Ag" (None when not applicable), "Ap", "ap_mode",
@@ -90,12 +94,12 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict[str, 
       CheckpointError: a checkpoint could not be written (names the round).
       OSError: the output folder cannot be written. MissingExtraError: a tracker not installed.
     """
-    return train_population([config], log)[0]
+    return train_population([config], log, mesh=mesh)[0]
 
 
 def train_population(configs: Sequence[TrainConfig], log: Callable[[str], None] = print,
-                     index: Path | None = None, grid: Sequence[str] = ()
-                     ) -> list[dict[str, Any] | None]:
+                     index: Path | None = None, grid: Sequence[str] = (),
+                     mesh: str | None = None) -> list[dict[str, Any] | None]:
     """Trains P runs as one population (:mod:`fedjax_sc.core.population`): one compiled round
     for every member, each member's folder written as :func:`train` writes one run's.
 
@@ -111,6 +115,10 @@ def train_population(configs: Sequence[TrainConfig], log: Callable[[str], None] 
       index: where to keep ``population.json`` (:func:`~fedjax_sc.run.members.write_index`);
         None: none.
       grid: the names of the grid's settings, recorded in ``population.json``.
+      mesh: ``"MxC"`` (``--mesh``): the devices of every process as a ``members x clients``
+        mesh of M x C (:func:`fedjax_sc.core.sharding.population_mesh`; M divides P, M * C
+        is the number of devices); None: chosen by :func:`~fedjax_sc.core.sharding.mesh_shape`
+        (``1 x D``, the 1-D client mesh, for one member). The figures do not depend on it.
 
     Several processes (:mod:`fedjax_sc.run.processes`): every process calls this with the
     same arguments; process 0 locks and writes the folders and logs, and a check that fails
@@ -128,11 +136,12 @@ def train_population(configs: Sequence[TrainConfig], log: Callable[[str], None] 
     try:
         cs = [config.resolved() for config in configs]
         members.check_members(cs)
+        devices = sharding.population_mesh(len(cs), mesh)  # a bad --mesh: before anything
         require(cs)  # a tracking package that is missing is named before anything runs
         with contextlib.ExitStack() as locks:  # one process per run folder
             for m in cs:
                 locks.enter_context(rundir.locked(Path(m.out)))
-            reports = _train_locked(cs, log, index, grid, checked)
+            reports = _train_locked(cs, log, index, grid, checked, devices)
     except Exception as e:
         checked.failed(e)  # the other processes stop too, if it is before training
         raise
@@ -141,10 +150,10 @@ def train_population(configs: Sequence[TrainConfig], log: Callable[[str], None] 
 
 
 def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path | None,
-                  grid: Sequence[str], checked: processes.Agreement
+                  grid: Sequence[str], checked: processes.Agreement, mesh: jax.sharding.Mesh
                   ) -> list[dict[str, Any] | None]:
     """:func:`train_population` once the members' folders are locked; ``checked`` is reached
-    once every check passed, before any file is changed."""
+    once every check passed, before any file is changed; ``mesh`` is the population's."""
     c, size = cs[0], len(cs)
     for m in cs:
         rundir.check_out_dir(Path(m.out), m)
@@ -268,22 +277,21 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
     if index is not None:
         members.write_index(index, cs, status, grid)
 
-    mesh = sharding.client_mesh()
-    state = sharding.put_replicated(state, mesh)
-    feeds = [participation.ClientFeed(round_host, population.member(client_states.private, i),
-                                      mesh, c.clients_per_round, c.sampling, m.seed)
-             for i, m in enumerate(cs)]
-    feed = feeds[0]
+    state = sharding.put_members(state, mesh, clients=False)
+    feed = PopulationFeed(round_host, client_states.private, mesh, [m.seed for m in cs],
+                          c.clients_per_round, c.sampling)
+    rows = int(dict(mesh.shape)[sharding.MEMBERS])
     if feed.partial or mesh.size > 1:
         log(f"{feed.num_sampled} of {feed.num_clients} clients per round "
             f"({c.sampling if feed.partial else 'all'}); client axis of {feed.round_size} "
-            f"over {mesh.size} device(s)" + (f" in {jax.process_count()} processes"
-                                             if processes.several() else ""))
+            f"over {feed.devices} device(s)" + (f", {size} members over {rows} rows of a "
+                                                f"{rows} x {feed.devices} mesh" if size > 1
+                                                else "")
+            + (f" in {jax.process_count()} processes" if processes.several() else ""))
 
     def inputs(idxs):
-        got = [f.inputs(idx) for f, idx in zip(feeds, idxs)]
-        data = population.stack([d for d, _ in got]) if feed.partial else got[0][0]
-        return data, ClientStates(population.stack([p for _, p in got]))
+        data, private = feed.inputs(idxs)
+        return data, ClientStates(private)
 
     def accuracies(i):  # on this process's devices alone (host copies with several)
         params = sharding.local(population.member(state.params, i))
@@ -291,7 +299,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
               np.asarray(global_eval(global_params(setups[i], params), test_data)))
         personal = (None if personal_eval is None else
                     {k: np.asarray(v) for k, v in personal_eval(
-                        (params, sharding.local(feeds[i].private)), test_data).items()})
+                        (params, sharding.local(feed.member_private(i))), test_data).items()})
         return ag, personal
 
     results = [accuracies(i) for i in range(size)]
@@ -301,17 +309,25 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
             build, batch_size=c.batch_size, local_epochs=c.local_epochs,
             trainer=(functools.partial(build_round, work=setups[0].work) if central is None
                      else central.build),
-            per_member_data=feed.partial)
-        data, private = inputs([f.sample(start + 1) for f in feeds])
+            per_member_data=feed.partial, member_shards=rows)
+
+        def placed(states, private, data, keys, values):  # outputs placed as the inputs
+            states, private, metrics = step(states, private, data, keys, values)
+            return (jax.lax.with_sharding_constraint(
+                        states, sharding.member_sharding(mesh, clients=False)),
+                    jax.lax.with_sharding_constraint(
+                        private, sharding.member_sharding(mesh, clients=True)), metrics)
+
+        data, private = inputs(feed.sample(start + 1))
         # the round replaces the server and client states: XLA may reuse their buffers
-        round_step = jax.jit(step, donate_argnums=(0, 1)).lower(
+        round_step = jax.jit(placed, donate_argnums=(0, 1)).lower(
             state, private, data, keys, hparams).compile()
         log(f"round compiled in {time.perf_counter() - t0:.1f} s; algorithm {c.algorithm}, "
             f"batch {c.batch_size}, lr {c.lr}, {c.local_epochs} local epochs, d = {c.embed_dim}")
     durations = []
     for r in range(start + 1, c.rounds + 1):
         t0 = time.perf_counter()
-        idxs = [f.sample(r) for f in feeds]
+        idxs = feed.sample(r)
         data, private = inputs(idxs)
         new_state, new_client_states, ms = round_step(state, private, data, keys, hparams)
         ms = sharding.local(ms)  # the metrics of every process's clients
@@ -328,12 +344,11 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
                     raise NonFiniteUpdateError(error)
                 say[i](f"{error} This member stops; the others go on.")
                 status[i] = f"diverged at round {r}"
-            if status[i] == "running":
-                feeds[i].update(idx, population.member(new_client_states.private, i))
+        feed.update(idxs, new_client_states.private, [s == "running" for s in status])
         if "running" not in status:
             raise NonFiniteUpdateError(f"round {r}: every member of the population diverged")
         state = new_state
-        jax.block_until_ready((state.params, [f.private for f in feeds]))
+        jax.block_until_ready((state.params, feed.private))
         seconds = time.perf_counter() - t0
         durations.append(seconds)
         for i, idx in enumerate(idxs):
@@ -347,7 +362,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
             trackers[i].round(row, list(names) if not feed.partial else
                               [names[k] for k in idx])
             save_checkpoint(ckpts[i], r, population.member(state, i),
-                            ClientStates(feeds[i].private))
+                            ClientStates(feed.member_private(i)))
             eta = (c.rounds - r) * float(np.mean(durations))
             shown = "n/a" if ag is None else f"{row['Ag']:.4f}"
             extra = ("" if personal is None else
@@ -368,7 +383,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
             reports.append(None)
             continue
         reports.append(finish(m, scene, setups[i], sharding.local(population.member(state, i)),
-                              ClientStates(sharding.local(feeds[i].private)), results[i],
+                              ClientStates(sharding.local(feed.member_private(i))), results[i],
                               train_data, test_data, comm, durations, say[i], trackers[i]))
         status[i] = "finished"
     for tracker, report in zip(trackers, reports):

@@ -58,3 +58,19 @@ def test_sharded_round_matches_one_device():
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "SHARDED-OK" in proc.stdout
 
+
+
+def test_mesh_shapes_prefer_many_members_and_whole_processes():
+    import pytest
+
+    from fedjax_sc.core import sharding
+    assert sharding.mesh_shape(1, 8) == (1, 8)  # one run: the 1-D client mesh
+    assert sharding.mesh_shape(2, 4) == (2, 2)
+    assert sharding.mesh_shape(4, 4, processes=2) == (4, 1)
+    assert sharding.mesh_shape(6, 8, processes=2) == (2, 4)  # each process one member row
+    assert sharding.mesh_shape(3, 4, processes=2) == (1, 4)
+    assert sharding.mesh_shape(2, 8, processes=4) == (2, 4)  # no whole process: the largest
+    assert sharding.parse_mesh("2x4") == (2, 4)
+    for bad in ("2", "0x4", "2x", "axb", "2x2x2"):
+        with pytest.raises(ValueError, match="--mesh"):
+            sharding.parse_mesh(bad)

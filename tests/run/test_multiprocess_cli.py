@@ -137,6 +137,53 @@ def test_two_processes_end_with_the_figures_of_one_process(reference, tmp_path):
     assert not list((tmp_path / "two").glob(".*"))  # the lock file is gone with the run
 
 
+POPULATION = ("--seeds", "0,1", "--algorithm", "fedper", "--rounds", "2")
+"""A 2-member population with private leaves (the members x clients mesh's both shardings)."""
+
+
+def _members(out: Path) -> dict:
+    """Every member folder's figures (:func:`_figures`)."""
+    return {m: _figures(out / m) for m in ("seed-0", "seed-1")}
+
+
+@pytest.fixture(scope="module")
+def population_reference(tmp_path_factory) -> Path:
+    """The 2-member population in one process with 1 device."""
+    out = tmp_path_factory.mktemp("population-one-device") / "pop"
+    _train(out, 1, 1, *POPULATION)
+    return out
+
+
+def test_a_population_on_a_2x2_mesh_gives_the_figures_of_one_device(population_reference,
+                                                                     tmp_path):
+    workers = _start(tmp_path / "mesh", 1, 4, *POPULATION, "--mesh", "2x2")
+    (code, stdout, stderr), = _wait(workers)
+    assert code == 0, stderr[-3000:]
+    assert "2 members over 2 rows of a 2 x 2 mesh" in stdout, stdout[-2000:]
+    _assert_same(_members(tmp_path / "mesh"), _members(population_reference), "2 x 2 mesh")
+
+
+def test_a_population_over_two_processes_gives_the_figures_of_one(population_reference,
+                                                                  tmp_path):
+    # the automatic mesh: 2 x 2, each process's 2 devices one member's row
+    _train(tmp_path / "two", 2, 2, *POPULATION)
+    _assert_same(_members(tmp_path / "two"), _members(population_reference),
+                 "2 processes x 2 devices")
+
+
+def test_a_mesh_that_does_not_fit_is_one_line(tmp_path, capsys):
+    import jax
+    devices = len(jax.devices())
+    for mesh, says in ((f"{devices + 1}x1", f"{devices + 1} devices, but the run has "
+                                           f"{devices}"), ("2by2", "write MEMBERSxCLIENTS")):
+        out = tmp_path / mesh
+        assert cli.main(["train", *SCENE, *POPULATION, "--mesh", mesh, "--out", str(out)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"fedjax-sc: error: --mesh {mesh}") \
+            and says in err[0], err
+        assert not list(out.glob("*/*"))
+
+
 @pytest.mark.slow
 def test_a_killed_process_stops_the_other_and_the_run_resumes_with_any_count(reference,
                                                                              tmp_path):
