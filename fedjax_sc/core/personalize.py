@@ -98,8 +98,10 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
       table_paths: word-embedding tables trained by rows with local-vocabulary train data.
 
     Returns:
-      ``personalize(server_state, client_states, train, test, rng) -> Personalization``;
-      ``train`` may hold local-vocabulary ids, ``test`` must hold global ids.
+      ``personalize(server_state, client_states, train, test, rng, first=0) ->
+      Personalization``; ``train`` may hold local-vocabulary ids, ``test`` must hold global
+      ids; ``first``: the index of the first client of ``train`` in the whole scene (a
+      process's share: client k's randomness and index are those of client ``first + k``).
 
     Raises:
       ValueError: negative n_Z / z, batch_size < 1, or (at call time) local ids in ``test``.
@@ -149,29 +151,29 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
         return jax.tree.map(lambda b, a: jnp.concatenate([b[None], a]), before, after)
 
     def run(state: ServerState, client_states: ClientStates, train: ClientData,
-            test: ClientData, rng: jax.Array):
+            test: ClientData, rng: jax.Array, first: jax.Array):
         local_rows = train.vocab_ids is not None
         tables = [p for p in table_paths if local_rows and (
             has_leaf(state.params, p) or has_leaf(client_states.private, p))]
         ids, vmask = ((train.vocab_ids, train.vocab_mask) if local_rows else
                       (jnp.zeros((train.num_clients, 1), jnp.int32),) * 2)
-        keys = jax.vmap(lambda k: jax.random.fold_in(rng, k))(jnp.arange(train.num_clients))
+        clients = first + jnp.arange(train.num_clients, dtype=jnp.int32)
+        keys = jax.vmap(lambda k: jax.random.fold_in(rng, k))(clients)
         fn = lambda *a: one_client(*a, tables)
         return jax.vmap(fn, in_axes=(None,) + (0,) * 11)(
             state.params, client_states.private, ids, vmask, train.tokens, train.labels,
-            train.mask, test.tokens, test.labels, test.mask, keys,
-            jnp.arange(train.num_clients, dtype=jnp.int32))
+            train.mask, test.tokens, test.labels, test.mask, keys, clients)
 
     compiled = jax.jit(run)
 
     def personalize(state: ServerState, client_states: ClientStates, train: ClientData,
-                    test: ClientData, rng: jax.Array) -> Personalization:
+                    test: ClientData, rng: jax.Array, first: int = 0) -> Personalization:
         if test.vocab_ids is not None:
             raise ValueError("the test split must hold global vocabulary ids")
         if train.num_clients != test.num_clients:
             raise ValueError(f"train has {train.num_clients} clients, test "
                              f"{test.num_clients}")
-        curve = compiled(state, client_states, train, test, rng)
+        curve = compiled(state, client_states, train, test, rng, jnp.int32(first))
         return Personalization({k: np.asarray(v) for k, v in curve.items()}, steps_per_eval)
 
     return personalize

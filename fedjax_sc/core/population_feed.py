@@ -40,21 +40,32 @@ class PopulationFeed:
       seeds: the members' seeds (their sampling draws), ``[P]``.
       num_sampled: M per round; None = all N.
       sampling: ``uniform`` or ``size`` (:func:`~fedjax_sc.core.participation.sample_clients`).
+      num_clients: N when ``data`` holds only clients ``first..first + n - 1`` of them (one
+        process's share, every client taking part: at least the rows of
+        :func:`~fedjax_sc.core.sharding.client_block` that are real clients); None: ``data``
+        holds all N.
+      first: the first client ``data`` holds.
 
     Raises:
-      ValueError: M outside ``[1, N]``, an unknown sampling, or P not splitting over the
-        mesh's member axis.
+      ValueError: M outside ``[1, N]``, an unknown sampling, P not splitting over the mesh's
+        member axis, or a share with sampling or without the rows its devices need.
     """
 
     def __init__(self, data, private, mesh, seeds: Sequence[int],
-                 num_sampled: int | None = None, sampling: str = "uniform"):
+                 num_sampled: int | None = None, sampling: str = "uniform",
+                 num_clients: int | None = None, first: int = 0):
         self.mesh, self.seeds = mesh, [int(s) for s in seeds]
         self.size = len(self.seeds)
         self.devices = sharding.client_devices(mesh)
         if self.size % int(dict(mesh.shape)[sharding.MEMBERS]):
             raise ValueError(f"{self.size} members do not split over a member axis of "
                              f"{dict(mesh.shape)[sharding.MEMBERS]}")
-        self.data, self.num_clients = data, data.num_clients
+        self.data = data
+        self.num_clients = data.num_clients if num_clients is None else int(num_clients)
+        share = first != 0 or self.num_clients != data.num_clients
+        if share and num_sampled is not None and num_sampled < self.num_clients:
+            raise ValueError("a process's share of the clients cannot be sampled from: every "
+                             "process needs every client's data with --clients-per-round")
         self.num_sampled = self.num_clients if num_sampled is None else num_sampled
         if sampling not in participation.SAMPLINGS:
             raise ValueError(f"unknown sampling {sampling!r}; choose from "
@@ -64,9 +75,19 @@ class PopulationFeed:
         self.sampling = sampling
         self.partial = self.num_sampled < self.num_clients
         self.resident = not self.partial and self.num_clients % self.devices == 0
-        self._cached = None if self.partial else sharding.put_clients(
-            participation.round_data(data, np.arange(self.num_clients), sampling,
-                                     self.devices), mesh)
+        if share:  # this process's rows, inert padding clients after the last real one
+            lo, hi = sharding.client_block(mesh, self.round_size)
+            real = min(hi, self.num_clients) - lo
+            if lo < first or lo + real > first + data.num_clients or real < 1:
+                raise ValueError(f"the clients {first}..{first + data.num_clients - 1} lack "
+                                 f"rows {lo}..{hi - 1} of this process's devices")
+            rows = participation.round_data(data, np.arange(lo - first, lo - first + real),
+                                            sampling, hi - lo)
+            self._cached = sharding.put_client_block(rows, mesh, self.round_size, lo)
+        else:
+            self._cached = None if self.partial else sharding.put_clients(
+                participation.round_data(data, np.arange(self.num_clients), sampling,
+                                         self.devices), mesh)
         self.private = (sharding.put_members(private, mesh, clients=True) if self.resident
                         else jax.tree.map(np.asarray, private))
 

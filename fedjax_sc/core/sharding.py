@@ -13,9 +13,10 @@ adds inert padding clients (no examples, zero weight) where it is not.
 
 Multi-host (several processes, e.g. TPU pods or several GPU hosts): call
 ``jax.distributed.initialize()`` at the start of every process, then build the mesh over
-``jax.devices()`` (all processes' devices; :func:`client_mesh` does this). Every process loads
-the same scene and calls the same functions; :func:`put_clients` gives each process only the
-client rows of its own devices (``jax.make_array_from_callback``).
+``jax.devices()`` (all processes' devices; :func:`client_mesh` does this). Every process calls
+the same functions; :func:`put_clients` gives each process only the client rows of its own
+devices (``jax.make_array_from_callback``) from the whole scene, :func:`put_client_block` from
+the rows of :func:`client_block` alone (a process that loaded only its own clients).
 
 Populations (:mod:`fedjax_sc.core.population`: P members stacked on a leading member axis)
 use a 2-D mesh ``members x clients`` (:func:`population_mesh`): the member axis first, laid
@@ -64,6 +65,52 @@ def put_clients(tree: Any, mesh: Mesh) -> Any:
             raise ValueError(f"a client axis of {x.shape[:1]} does not split over "
                              f"{devices} devices; pad it (participation.pad_clients)")
         return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+    return jax.tree.map(put, tree)
+
+
+def client_block(mesh: Mesh, num_rows: int, process: int | None = None) -> tuple[int, int]:
+    """``(first, stop)``: the rows of a client axis of ``num_rows`` (a multiple of the mesh's
+    client axis), sharded ``P("clients")`` or ``P("members", "clients")``, that the devices of
+    ``process`` (default: this one) hold; contiguous, the smallest range covering them.
+
+    Raises:
+      ValueError: ``num_rows`` does not split over the client axis, or the process has no
+        device in the mesh.
+    """
+    c = client_devices(mesh)
+    if num_rows % c:
+        raise ValueError(f"a client axis of {num_rows} does not split over {c} devices")
+    process = jax.process_index() if process is None else process
+    columns = [j for (_, j), d in np.ndenumerate(mesh.devices) if d.process_index == process]
+    if not columns:
+        raise ValueError(f"process {process} has no device in the mesh")
+    block = num_rows // c
+    return min(columns) * block, (max(columns) + 1) * block
+
+
+def put_client_block(tree: Any, mesh: Mesh, num_rows: int, first: int) -> Any:
+    """Places every leaf, which holds rows ``first..first + len - 1`` of a client axis of
+    ``num_rows`` (NumPy, leading axis), as one global array ``[num_rows, ...]`` sharded
+    ``P("clients")``: each process gives only its own devices' rows, so each needs only the
+    rows of :func:`client_block` (:func:`put_clients` for a process that holds them all).
+
+    Raises:
+      ValueError: a device of this process needs a row the leaf does not hold.
+    """
+    sharding = NamedSharding(mesh, P(CLIENTS))
+
+    def put(x):
+        x = np.asarray(x)
+
+        def rows(idx):
+            lo, hi, _ = idx[0].indices(num_rows)
+            if lo < first or hi > first + x.shape[0]:
+                raise ValueError(f"rows {lo}..{hi - 1} of the client axis are not among the "
+                                 f"rows {first}..{first + x.shape[0] - 1} this process holds")
+            return x[(slice(lo - first, hi - first),) + tuple(idx[1:])]
+
+        return jax.make_array_from_callback((num_rows,) + x.shape[1:], sharding, rows)
 
     return jax.tree.map(put, tree)
 

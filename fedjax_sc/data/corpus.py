@@ -3,16 +3,22 @@
 Host-side only (numpy). Both readers are strict: every line of a file becomes one example or a
 ``ValueError`` that names ``path:lineno`` (1-based) and the offending content. Nothing is skipped
 silently; empty texts are kept and counted, non-UTF-8 lines are decoded as latin-1 and counted.
+
+Every file read is logged at DEBUG level on the logger ``fedjax_sc.data.corpus`` (``reading
+PATH``); ``FEDJAX_SC_LOG_LEVEL=DEBUG`` shows these lines on stderr of ``fedjax-sc``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
+
+_log = logging.getLogger(__name__)
 
 # Paper Table 1 order (Li et al. 2021): 14 Amazon product domains, then IMDB and MR.
 FDU_DOMAINS: tuple[str, ...] = (
@@ -84,6 +90,7 @@ def _read_lines(path: str | Path) -> Iterator[tuple[int, str, bool]]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found")
+    _log.debug("reading %s", path)
     data = path.read_bytes()
     raw = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")  # a UTF-8 byte-order mark
     if raw[-1] == b"":

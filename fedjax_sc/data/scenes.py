@@ -57,16 +57,20 @@ class ClientArrays:
 
     @classmethod
     def stack(cls, ids: Sequence[np.ndarray], labels: Sequence[np.ndarray],
-              max_len: int) -> ClientArrays:
-        """Stacks per-client ``ids`` int32 ``[n_k, max_len]`` and ``labels`` int ``[n_k]``.
+              max_len: int, max_examples: int | None = None) -> ClientArrays:
+        """Stacks per-client ``ids`` int32 ``[n_k, max_len]`` and ``labels`` int ``[n_k]``,
+        padded to ``max_examples`` rows (default: the largest ``n_k``).
 
         Raises:
-          ValueError: mismatched shapes or no clients.
+          ValueError: mismatched shapes, no clients, or a client of more than
+            ``max_examples`` examples.
         """
         if not ids or len(ids) != len(labels):
             raise ValueError(f"need >= 1 client and as many labels, got {len(ids)}/{len(labels)}")
         counts = np.asarray([len(x) for x in ids], dtype=np.int32)
-        n_max = int(counts.max())
+        n_max = int(counts.max()) if max_examples is None else int(max_examples)
+        if counts.max() > n_max:
+            raise ValueError(f"a client of {counts.max()} examples exceeds max_examples {n_max}")
         tokens = np.full((len(ids), n_max, max_len), PAD, dtype=np.int32)
         lab = np.zeros((len(ids), n_max), dtype=np.int32)
         for k, (x, y) in enumerate(zip(ids, labels)):
@@ -109,10 +113,28 @@ class Scene:
     max_len: int
     stats: tuple[dict, ...]
     label_names: tuple | None = None
+    share: tuple[int, int] | None = None
+    """``(first, stop)`` when ``train``, ``test`` and ``dev`` hold only the clients
+    ``first..stop-1`` of ``client_names`` (one process's share of a scene,
+    :mod:`fedjax_sc.run.loading`); None: every client. ``client_names``, ``vocab`` and
+    ``stats`` are the whole scene's either way."""
 
     @property
     def num_clients(self) -> int:
         return len(self.client_names)
+
+    def counts(self, split: str = "train") -> np.ndarray:
+        """N^k (``train``), M^k (``test``) or the dev sizes of every client, int32 ``[K]``
+        (from :attr:`stats`, so also for a share).
+
+        Raises:
+          KeyError: another split.
+        """
+        key = {"train": "n_train", "test": "n_test", "dev": "n_dev"}[split]
+        arrays = getattr(self, split)
+        if self.share is None and arrays is not None:
+            return np.asarray(arrays.counts, np.int32)
+        return np.asarray([st[key] for st in self.stats], np.int32).reshape(len(self.stats))
 
 
 def local_vocabularies(train: ClientArrays) -> tuple[np.ndarray, np.ndarray]:
@@ -168,10 +190,34 @@ def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], n
     """
     if not client_corpora:
         raise ValueError("client_corpora is empty")
-    if max_len < 1 or num_classes < 1:
-        raise ValueError(f"need max_len >= 1 and num_classes >= 1, got {max_len}, {num_classes}")
     if label_names is not None and len(label_names) != num_classes:
         raise ValueError(f"{len(label_names)} label names for {num_classes} classes")
+    names = tuple(client_corpora)
+    splits = check_corpora(client_corpora, num_classes, max_len, allow_empty)
+    for s in ("train", "test"):
+        if not any(len(client_corpora[c][s]) for c in names):
+            raise ValueError(f"no client has any {s} example")
+    local_counts = [count_tokens(client_corpora[c]["train"].texts) for c in names]
+    vocab = Vocabulary.from_counts(merge_counts(local_counts), max_size=vocab_size)
+    arrays = encode_splits(client_corpora, splits, vocab, max_len)
+    stats = client_stats(client_corpora, splits, arrays["train"], max_len, num_classes)
+    return Scene(name=name, client_names=names, train=arrays["train"], test=arrays["test"],
+                 dev=arrays.get("dev"), vocab=vocab, num_classes=num_classes, max_len=max_len,
+                 stats=tuple(stats),
+                 label_names=None if label_names is None else tuple(label_names))
+
+
+def check_corpora(client_corpora: Mapping[str, Mapping[str, Corpus]], num_classes: int,
+                  max_len: int, allow_empty: bool = False) -> tuple[str, ...]:
+    """The checks of :func:`build_scene` that each client's corpora pass alone (not that
+    some client has examples of each split); returns the splits, ``("train", "test")`` or
+    ``("train", "test", "dev")``.
+
+    Raises:
+      ValueError: as :func:`build_scene` says.
+    """
+    if max_len < 1 or num_classes < 1:
+        raise ValueError(f"need max_len >= 1 and num_classes >= 1, got {max_len}, {num_classes}")
     names = tuple(client_corpora)
     has_dev = {"dev" in client_corpora[c] for c in names}
     if len(has_dev) != 1:
@@ -192,22 +238,31 @@ def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], n
             if bad.size:
                 raise ValueError(f"client {c!r} split {s!r}: labels {np.unique(bad)[:5].tolist()} "
                                  f"outside [0, {num_classes})")
+    return splits
 
-    for s in ("train", "test"):
-        if not any(len(client_corpora[c][s]) for c in names):
-            raise ValueError(f"no client has any {s} example")
-    local_counts = [count_tokens(client_corpora[c]["train"].texts) for c in names]
-    vocab = Vocabulary.from_counts(merge_counts(local_counts), max_size=vocab_size)
 
+def encode_splits(client_corpora: Mapping[str, Mapping[str, Corpus]], splits: Sequence[str],
+                  vocab: Vocabulary, max_len: int,
+                  max_examples: Mapping[str, int] | None = None) -> dict[str, ClientArrays]:
+    """Every split of the clients encoded with ``vocab``, clipped/padded to ``max_len`` and
+    stacked (:meth:`ClientArrays.stack`); ``max_examples`` (split -> n) pads the example axis
+    to n rows (a process's share padded as the whole scene is; default: its largest client).
+    """
     arrays = {}
     for s in splits:
-        corpora = [client_corpora[c][s] for c in names]
+        corpora = [client_corpora[c][s] for c in client_corpora]
         arrays[s] = ClientArrays.stack([vocab.encode(x.texts, max_len) for x in corpora],
-                                       [x.labels for x in corpora], max_len)
-    loc_ids, loc_mask = local_vocabularies(arrays["train"])
+                                       [x.labels for x in corpora], max_len,
+                                       None if max_examples is None else max_examples[s])
+    return arrays
 
+
+def client_stats(client_corpora: Mapping[str, Mapping[str, Corpus]], splits: Sequence[str],
+                 train: ClientArrays, max_len: int, num_classes: int) -> list[dict]:
+    """:attr:`Scene.stats` of the clients (``train``: their encoded train split)."""
+    loc_ids, loc_mask = local_vocabularies(train)
     stats = []
-    for k, c in enumerate(names):
+    for k, c in enumerate(client_corpora):
         parts = client_corpora[c]
         lengths = token_lengths(parts["train"].texts)
         stats.append({
@@ -223,10 +278,7 @@ def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], n
             "train_label_counts": np.bincount(parts["train"].labels,
                                               minlength=num_classes).tolist(),
         })
-    return Scene(name=name, client_names=names, train=arrays["train"], test=arrays["test"],
-                 dev=arrays.get("dev"), vocab=vocab, num_classes=num_classes, max_len=max_len,
-                 stats=tuple(stats),
-                 label_names=None if label_names is None else tuple(label_names))
+    return stats
 
 
 def fdu_scene(data_dir: str | Path, max_len: int = 200, vocab_size: int = VOCAB_SIZE,

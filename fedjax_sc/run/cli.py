@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from pathlib import Path
 
@@ -202,7 +204,29 @@ def _reproduce(args: dict) -> None:
               methods=methods, d1s=d1s, fractions=fractions, population_size=size)
 
 
+LOG_LEVEL = "FEDJAX_SC_LOG_LEVEL"
+"""Environment variable: a :mod:`logging` level (``DEBUG``, ``INFO``, ...) for the loggers
+under ``fedjax_sc``, shown on stderr (e.g. ``DEBUG``: every corpus file a process reads)."""
+
+
+def _debug_logging() -> None:
+    """Shows the ``fedjax_sc`` loggers' records on stderr at the level :data:`LOG_LEVEL` says
+    (nothing when it is not set)."""
+    level = os.environ.get(LOG_LEVEL)
+    if level:
+        names = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+        if level.upper() not in names:
+            sys.exit(f"fedjax-sc: error: {LOG_LEVEL}={level}: use one of {', '.join(names)}")
+        logger = logging.getLogger("fedjax_sc")
+        logger.setLevel(level.upper())
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False  # shown once, whatever handlers the root logger gets
+
+
 def main(argv: list[str] | None = None) -> int:
+    _debug_logging()
     parser = _parser()
     args = vars(parser.parse_args(argv))
     command = args.pop("command")

@@ -1,9 +1,10 @@
 """A run's end, after its last round: the Ap phase (Eq. 16) and the report (``report.json``,
 ``report.md``, the Ap_t lines of ``metrics.jsonl``).
 
-In a run of several processes every process runs the Ap phase on its own devices, from host
-copies of the states (:func:`fedjax_sc.core.sharding.local`), and process 0 writes the files
-(:mod:`fedjax_sc.run.rundir`)."""
+In a run of several processes every process runs the Ap phase on its default device, from
+host copies of the states (:func:`fedjax_sc.core.sharding.local`): on its own clients when it
+loaded a share of them (:mod:`fedjax_sc.run.loading`; the curves are gathered), else on every
+client; process 0 writes the files (:mod:`fedjax_sc.run.rundir`)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from fedjax_sc import streams
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.core import communication, personalize
 from fedjax_sc.core.evaluate import accuracy_list, mean_accuracy
-from fedjax_sc.run import rundir
+from fedjax_sc.run import loading, rundir
 from fedjax_sc.run.config import TrainConfig
 from fedjax_sc.run.report import dp_report, environment, format_table, make_report
 from fedjax_sc.run.setup import Setup
@@ -44,7 +45,7 @@ def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, tr
     if c.ap:
         t0 = time.perf_counter()
         ap = personalize_phase(c, algorithm, state, client_states, train_data, test_data,
-                               setup.root, log)
+                               setup.root, log, scene)
         ap_seconds = time.perf_counter() - t0
         rundir.append_text(out / "metrics.jsonl", "".join(json.dumps({
             "phase": "ap", "round": c.rounds, "t": t, "steps": t * c.ap_steps,
@@ -76,16 +77,26 @@ def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, tr
 
 
 def personalize_phase(c: TrainConfig, algorithm, state, client_states, train_data, test_data,
-                      root, log) -> personalize.Personalization:
-    """The Ap phase (Eq. 16): fine-tune with mu * LR for n_Z * z steps, evaluating every z."""
+                      root, log, scene=None) -> personalize.Personalization:
+    """The Ap phase (Eq. 16): fine-tune with mu * LR for n_Z * z steps, evaluating every z.
+
+    With a ``scene`` that is one process's share (:attr:`~fedjax_sc.data.scenes.Scene.share`),
+    ``train_data`` and ``test_data`` hold its clients and ``client_states`` every client's:
+    the share's clients fine-tune here and the curves of every client are gathered
+    (:func:`fedjax_sc.run.loading.gather_clients`)."""
     lr = c.ap_lr_mult * c.lr
     emb_lr = None if c.embedding_lr is None else c.ap_lr_mult * c.embedding_lr
     run = personalize.make_personalize(
         algorithm, client_sgd(lr, c.momentum, emb_lr), batch_size=c.batch_size,
         num_evals=c.ap_evals, steps_per_eval=c.ap_steps)
     t0 = time.perf_counter()
+    share = None if scene is None else scene.share
+    if share is not None:
+        client_states = type(client_states)(loading.rows(client_states.private, scene))
     result = run(state, client_states, train_data, test_data,
-                 jax.random.fold_in(root, streams.AP))
+                 jax.random.fold_in(root, streams.AP), 0 if share is None else share[0])
+    if share is not None:
+        result = result._replace(curve=loading.gather_clients(result.curve, scene))
     mode = c.ap_mode or algorithm.default_mode
     log(f"Ap phase: {c.ap_evals} x {c.ap_steps} fine-tuning steps at lr {lr:g} in "
         f"{time.perf_counter() - t0:.1f} s; Ap ({mode}) {result.ap(mode):.4f}; "

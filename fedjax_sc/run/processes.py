@@ -36,6 +36,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 CONNECT_S = 60
 """Default of ``--connect-timeout``: how long the processes wait for each other at the start."""
@@ -301,6 +302,17 @@ class Agreement:
                 raise RuntimeError(f"process {k} of {jax.process_count()} stopped "
                                    f"{self.what}: {message}")
 
+    def step(self) -> None:
+        """A point every process reaches before a collective that a process which already
+        failed would not call (loading a share of the data): the same exchange as
+        :meth:`reached`, after which :meth:`reached` and :meth:`failed` are still due.
+
+        Raises:
+          RuntimeError: another process failed its checks (names it and its error).
+        """
+        self.reached()
+        self.done = False
+
     def failed(self, error: BaseException) -> None:
         """This process's checks failed with ``error`` (tells the others; the caller raises
         it). Does nothing once :meth:`reached` was called."""
@@ -318,6 +330,24 @@ class Agreement:
         buf[:len(text)] = np.frombuffer(text, np.uint8)
         rows = multihost_utils.process_allgather(buf)
         return [bytes(row).rstrip(b"\0").decode(errors="replace") for row in rows]
+
+
+def allgather_json(value: Any) -> list[Any]:
+    """Every process's ``value`` (anything :func:`json.dumps` writes), in process order: the
+    JSON text as a padded uint8 array through ``multihost_utils.process_allgather``, in two
+    gathers whatever its size (the lengths, then the texts). ``[value]`` with one process; a
+    collective: every process must call it."""
+    import json
+    if not several():
+        return [value]
+    import numpy as np
+    from jax.experimental import multihost_utils
+    text = np.frombuffer(json.dumps(value, ensure_ascii=False).encode(), np.uint8)
+    sizes = np.asarray(multihost_utils.process_allgather(np.asarray([text.size], np.int64)))
+    buf = np.zeros(int(sizes.max()), np.uint8)
+    buf[:text.size] = text
+    rows = np.asarray(multihost_utils.process_allgather(buf))
+    return [json.loads(bytes(row[:int(n)]).decode()) for row, n in zip(rows, sizes.reshape(-1))]
 
 
 def describe(e: BaseException) -> str:

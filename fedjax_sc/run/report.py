@@ -35,7 +35,8 @@ def make_report(c: Any, scene: scenes.Scene, ag: np.ndarray | None,
     value = lambda v: None if v is None or np.isnan(v) else float(v)
     rows = []
     for k, n in enumerate(scene.client_names):
-        rows.append({"client": n, "N": int(scene.train.counts[k]), "M": int(scene.test.counts[k]),
+        rows.append({"client": n, "N": int(scene.counts("train")[k]),
+                     "M": int(scene.counts("test")[k]),
                      "Ag": None if ag is None else value(ag[k]),
                      "personal": value(personal[pmode][k]),
                      "Ap": None if ap is None else value(ap.ap_per_client(mode)[k]),
@@ -71,7 +72,7 @@ def dp_report(c: Any, scene: scenes.Scene) -> dict[str, Any]:
     """Each client's DP-SGD privacy after ``c.rounds`` rounds: noise multiplier z, sampling
     rate q = B / N^k, local steps and epsilon at ``c.dp_delta`` (RDP accountant of
     ``dp-accounting``; ``None`` when it is not installed, with the reason in ``note``)."""
-    counts = np.asarray(scene.train.counts)
+    counts = scene.counts("train")
     steps = [c.rounds * c.local_epochs * math.ceil(int(n) / c.batch_size) for n in counts]
     rates = [min(1.0, c.batch_size / max(int(n), 1)) for n in counts]
     eps = [dp_sgd.epsilon(c.dp_noise, q, t, c.dp_delta) for q, t in zip(rates, steps)]

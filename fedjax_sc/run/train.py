@@ -16,7 +16,8 @@ host, sampled rows are gathered and scattered back); every round runs on a ``mem
 clients`` mesh of all devices (:mod:`fedjax_sc.core.sharding`; ``1 x D`` for one run);
 ``server_opt`` adds a FedOpt server
 (:mod:`fedjax_sc.algorithms.fedopt`). Several processes (:mod:`fedjax_sc.run.processes`) train
-one run together: every process runs this loop, process 0 writes the folder.
+one run together: every process runs this loop, process 0 writes the folder; each loads only
+its own clients where it can (:mod:`fedjax_sc.run.loading`).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ from fedjax_sc.core import communication, population, sharding
 from fedjax_sc.core.evaluate import make_evaluate, make_personal_evaluate
 from fedjax_sc.core.population_feed import PopulationFeed
 from fedjax_sc.core.round import ClientStates, build_round
-from fedjax_sc.data.client_data import client_data, host_client_data
-from fedjax_sc.run import members, processes, rundir
+from fedjax_sc.data.client_data import client_data
+from fedjax_sc.run import loading, members, processes, rundir
 from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configuration)
     DTYPES,
     EMBEDDINGS,
@@ -160,21 +161,8 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
     say = ([log] if size == 1 else
            [lambda line, name=Path(m.out).name: log(f"[{name}] {line}") for m in cs])
 
-    t0 = time.perf_counter()
-    scene = load_scene(c)
+    scene, files = loading.load(c, mesh, checked, log)  # a share with several processes
     names = scene.client_names
-    log(f"scene {scene.name}: {scene.num_clients} clients, V = {len(scene.vocab)}, "
-        f"L = {scene.max_len}, N = {int(scene.train.counts.sum())} train / "
-        f"{int(scene.test.counts.sum())} test reviews ({time.perf_counter() - t0:.1f} s)")
-    latin1 = {st["client"]: st["n_latin1_lines"] for st in scene.stats if st["n_latin1_lines"]}
-    if latin1:
-        log("lines not valid UTF-8, decoded as latin-1: "
-            + ", ".join(f"{k} {v:,}" for k, v in latin1.items()))
-    empty = [f"{n} ({'no training' if not scene.train.counts[k] else 'no test'} examples)"
-             for k, n in enumerate(names)
-             if not scene.train.counts[k] or not scene.test.counts[k]]
-    if empty:
-        log("kept by --allow-empty-clients: " + ", ".join(empty))
 
     setups = [build_setup(m, scene, log if i == 0 else _quiet) for i, m in enumerate(cs)]
     algorithm = setups[0].algorithm  # the members' shared structure: evaluation, Ap modes
@@ -192,7 +180,9 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
             + (f"; traced per member: {', '.join(hparams)}" if hparams else ""))
     # the Ap phase always fine-tunes per client; a centralised trainer says what it trains on
     central = algorithm.central
-    host_train = host_client_data(scene.train, local_vocab=c.local_vocab)
+    if central is not None:  # pools every client's data
+        scene = loading.whole(c, scene, log)
+    host_train = loading.train_split(scene, c.local_vocab)
     round_host = host_train if central is None else central.data(scene.train, c.local_vocab)
     if c.clients_per_round is not None and central is not None:
         raise ValueError(f"{c.algorithm} is trained centrally: --clients-per-round does not "
@@ -213,13 +203,14 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
         raise ValueError(f"--ap-mode {mode!r}: {c.algorithm} has the modes {modes}")
     comm = None
     if central is None:
-        comm = communication.account(algorithm, setups[0].state, host_train).summary()
+        comm = loading.communication_summary(algorithm, setups[0].state, host_train, scene,
+                                             checked)
         log(communication.describe(comm))
     else:
         log(f"{c.algorithm} is trained centrally: no communication")
 
     vocab_json = scene.vocab.to_json()
-    data_print = rundir.fingerprint(corpus_files(c), vocab_json)
+    data_print = loading.fingerprint(c, files, vocab_json)
     for m in cs:
         out = Path(m.out)
         if m.resume:
@@ -279,7 +270,8 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
 
     state = sharding.put_members(state, mesh, clients=False)
     feed = PopulationFeed(round_host, client_states.private, mesh, [m.seed for m in cs],
-                          c.clients_per_round, c.sampling)
+                          c.clients_per_round, c.sampling,
+                          *((scene.num_clients, scene.share[0]) if scene.share else ()))
     rows = int(dict(mesh.shape)[sharding.MEMBERS])
     if feed.partial or mesh.size > 1:
         log(f"{feed.num_sampled} of {feed.num_clients} clients per round "
@@ -293,14 +285,11 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
         data, private = feed.inputs(idxs)
         return data, ClientStates(private)
 
-    def accuracies(i):  # on this process's devices alone (host copies with several)
+    def accuracies(i):  # this process's clients on its default device, then gathered
         params = sharding.local(population.member(state.params, i))
-        ag = (None if global_eval is None else
-              np.asarray(global_eval(global_params(setups[i], params), test_data)))
-        personal = (None if personal_eval is None else
-                    {k: np.asarray(v) for k, v in personal_eval(
-                        (params, sharding.local(feed.member_private(i))), test_data).items()})
-        return ag, personal
+        private = None if personal_eval is None else sharding.local(feed.member_private(i))
+        return loading.accuracies(scene, global_eval, personal_eval,
+                                  global_params(setups[i], params), params, private, test_data)
 
     results = [accuracies(i) for i in range(size)]
     if start < c.rounds:

@@ -38,10 +38,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _env(devices: int) -> dict[str, str]:
+def _env(devices: int, **extra: str) -> dict[str, str]:
     """The test session's environment with ``devices`` CPU devices per process and its
     persistent compilation cache (conftest.py), so that a repeated program is not compiled
-    again."""
+    again; ``extra`` variables added."""
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
              if not f.startswith("--xla_force_host_platform_device_count")]
     return dict(os.environ, JAX_PLATFORMS="cpu",
@@ -49,18 +49,20 @@ def _env(devices: int) -> dict[str, str]:
                 PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                 JAX_COMPILATION_CACHE_DIR=str(ROOT / ".pytest_cache" / "jax-compilation"),
                 JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.1",
-                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", **extra)
 
 
-def _start(out: Path, procs: int, devices: int, *extra: str) -> list[subprocess.Popen]:
-    """``procs`` processes of ``fedjax-sc train`` on the tiny scene (``devices`` each)."""
+def _start(out: Path, procs: int, devices: int, *extra: str, scene=SCENE,
+           env: dict[str, str] | None = None) -> list[subprocess.Popen]:
+    """``procs`` processes of ``fedjax-sc train`` on the tiny scene (or ``scene``'s flags),
+    ``devices`` each, with ``env`` added to the environment."""
     port = _free_port()
-    command = [sys.executable, "-m", "fedjax_sc.run.cli", "train", *SCENE, "--out", str(out),
+    command = [sys.executable, "-m", "fedjax_sc.run.cli", "train", *scene, "--out", str(out),
                *extra]
     return [subprocess.Popen(
         command + ([] if procs == 1 else ["--coordinator", f"127.0.0.1:{port}",
                                           "--num-processes", str(procs), "--process-id", str(i)]),
-        cwd=ROOT, env=_env(devices), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, env=_env(devices, **(env or {})), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i in range(procs)]
 
 
@@ -78,9 +80,10 @@ def _wait(workers: list[subprocess.Popen], timeout: float = 600) -> list[tuple[i
     return done
 
 
-def _train(out: Path, procs: int, devices: int, *extra: str) -> None:
-    """A run that must succeed; checks that process 0 alone logged."""
-    ended = _wait(_start(out, procs, devices, *extra))
+def _train(out: Path, procs: int, devices: int, *extra: str, **start) -> list[str]:
+    """A run that must succeed (``start``: :func:`_start`'s keywords); checks that process 0
+    alone logged; returns every process's stderr."""
+    ended = _wait(_start(out, procs, devices, *extra, **start))
     for i, (code, stdout, stderr) in enumerate(ended):
         assert code == 0, f"process {i} of {procs} failed:\n{stderr[-3000:]}"
     assert "round   1" in ended[0][1] or "resumed" in ended[0][1]
@@ -88,6 +91,7 @@ def _train(out: Path, procs: int, devices: int, *extra: str) -> None:
         # interleave mid-line between ranks) aside
         gloo = re.compile(r"\[Gloo\]|connected to \d+ peer ranks")
         assert not [x for x in stdout.splitlines() if x.strip() and not gloo.search(x)], stdout
+    return [stderr for _, _, stderr in ended]
 
 
 def _figures(out: Path) -> dict:
@@ -135,6 +139,55 @@ def test_two_processes_end_with_the_figures_of_one_process(reference, tmp_path):
     report = json.loads((tmp_path / "two" / "report.json").read_text())
     assert report["environment"]["device"].endswith("x 4 in 2 processes")
     assert not list((tmp_path / "two").glob(".*"))  # the lock file is gone with the run
+
+
+DOMAINS = ("apparel", "MR", "books", "dvd")
+WORDS = ("good", "bad", "film", "plot", "great", "awful", "fine", "dull", "dry", "warm")
+
+
+def _write_fdu(folder: Path) -> Path:
+    """A tiny corpus in the FDU-MTL format, 4 domains of unequal sizes (the largest client of
+    each split on process 1's side) and words of their own."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for d, domain in enumerate(DOMAINS):
+        for split, n in (("train", 6 + 2 * d), ("test", 3 + d)):
+            (folder / f"{domain}.task.{split}").write_text("".join(
+                f"{i % 2}\t{WORDS[(i + d) % 10]} {WORDS[(3 * i + d * d) % 10]} {domain} "
+                f"{'w' + str(d * i % 7)}\n" for i in range(n)))
+    return folder
+
+
+def _fdu_scene(data: Path) -> list[str]:
+    """The flags of a FedPer run on :func:`_write_fdu`'s corpus (private leaves, local
+    vocabularies, a vocabulary cut among words of equal counts)."""
+    return ["--scene", "fdu", "--data-dir", str(data), "--domains", *DOMAINS, "--max-len", "5",
+            "--vocab-size", "12", "--algorithm", "fedper", "--rounds", "2",
+            *SCENE[SCENE.index("--embed-dim"):]]
+
+
+def test_each_process_loads_only_its_clients_and_ends_with_the_figures_of_one(tmp_path):
+    scene = _fdu_scene(_write_fdu(tmp_path / "data"))
+    _train(tmp_path / "one", 1, 1, scene=scene)
+    errors = _train(tmp_path / "two", 2, 2, scene=scene, env={"FEDJAX_SC_LOG_LEVEL": "DEBUG"})
+    _assert_same(_figures(tmp_path / "two"), _figures(tmp_path / "one"), "2 x 2, shares")
+    for name in ("vocab.json", "fingerprint.json"):
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes()
+    for process, mine in enumerate((DOMAINS[:2], DOMAINS[2:])):  # clients 0-1 and 2-3
+        read = set(re.findall(r"reading \S+/(\w+)\.task\.(?:train|test)", errors[process]))
+        assert read == set(mine), (process, errors[process][-2000:])
+
+
+def test_a_share_that_fails_to_load_stops_every_process(tmp_path):
+    data = _write_fdu(tmp_path / "data")
+    with (data / "dvd.task.train").open("a") as f:  # read by process 1 alone
+        f.write("7\tno such label\n")
+    ended = _wait(_start(tmp_path / "run", 2, 2, scene=_fdu_scene(data)), timeout=300)
+    (code0, _, err0), (code1, _, err1) = ended
+    last0, last1 = err0.strip().splitlines()[-1], err1.strip().splitlines()[-1]
+    assert code1 == 1 and "dvd.task.train:13" in last1, err1[-2000:]
+    assert code0 == 1 and last0.startswith("fedjax-sc: error: process 1 of 2 stopped before "
+                                           "training:") and "dvd.task.train" in last0, err0[-2000:]
+    assert not (tmp_path / "run").exists()
 
 
 POPULATION = ("--seeds", "0,1", "--algorithm", "fedper", "--rounds", "2")
