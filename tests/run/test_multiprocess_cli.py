@@ -241,7 +241,9 @@ def test_a_mesh_that_does_not_fit_is_one_line(tmp_path, capsys):
 def test_a_killed_process_stops_the_other_and_the_run_resumes_with_any_count(reference,
                                                                              tmp_path):
     out = tmp_path / "killed"
-    workers = _start(out, 2, 2, "--rounds", str(ROUNDS))
+    # one device per process: the runtime reports the broken collective at once (with
+    # several, it may wait out the heartbeat, up to 30 s; docs/scale.md has both measured)
+    workers = _start(out, 2, 1, "--rounds", str(ROUNDS))
     digests, ends = out / "checkpoints" / "digests.json", time.monotonic() + 600
     while not (digests.exists() and '"1"' in digests.read_text()):  # round 1 fully saved
         if time.monotonic() > ends or any(w.poll() is not None for w in workers):
@@ -264,12 +266,11 @@ def test_a_killed_process_stops_the_other_and_the_run_resumes_with_any_count(ref
     assert "1" in {p.name for p in (out / "checkpoints").iterdir()}
 
     shutil.copytree(out, tmp_path / "alone")
-    _train(out, 2, 2, "--rounds", str(ROUNDS), "--resume")  # both processes again
+    _train(out, 2, 2, "--rounds", str(ROUNDS), "--resume")  # both processes, 2 devices each
     _assert_same(_figures(out), _figures(reference), "resumed in 2 processes")
-    # the checkpoints are the same for any number of processes: 2 -> 1 -> 2
-    _train(tmp_path / "alone", 1, 1, "--rounds", str(ROUNDS - 1), "--resume", "--no-ap")
-    _train(tmp_path / "alone", 2, 2, "--rounds", str(ROUNDS), "--resume")
-    _assert_same(_figures(tmp_path / "alone"), _figures(reference), "2, then 1, then 2")
+    # the checkpoints are the same for any number of processes: 2 -> 1
+    _train(tmp_path / "alone", 1, 1, "--rounds", str(ROUNDS), "--resume")
+    _assert_same(_figures(tmp_path / "alone"), _figures(reference), "2, then 1")
 
 
 def test_a_lost_process_is_one_line_naming_the_saved_round(tmp_path, capsys, monkeypatch):
