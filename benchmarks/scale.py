@@ -46,7 +46,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from fedjax_sc.core import participation, sharding
+from fedjax_sc.core import sharding
+from fedjax_sc.core.feed import ClientFeed
 from fedjax_sc.core.round import ClientStates, build_round, init_states
 from fedjax_sc.data.client_data import host_client_data
 from fedjax_sc.models.text_classifier import init_params
@@ -74,7 +75,7 @@ def compile_round(args, sampled: int, donate: bool = True):
     state, clients = init_states(algorithm, init_params(algorithm.model, jax.random.key(0)),
                                  sampled)
     mesh = sharding.client_mesh()
-    feed = participation.ClientFeed(host, clients.private, mesh, None, seed=0)
+    feed = ClientFeed(host, clients.private, mesh, None, seed=0)
     data, private = feed.inputs(feed.sample(1))
     fn = jax.jit(build_round(algorithm, batch_size=args.batch, local_epochs=args.local_epochs),
                  donate_argnums=(0, 1) if donate else ())
@@ -126,7 +127,7 @@ def measure(args) -> dict:
                                  host.num_clients)
     mesh = sharding.client_mesh()
     state = sharding.put_replicated(state, mesh)
-    feed = participation.ClientFeed(host, clients.private, mesh, args.sampled, seed=0)
+    feed = ClientFeed(host, clients.private, mesh, args.sampled, seed=0)
     round_fn = build_round(algorithm, batch_size=args.batch, local_epochs=args.local_epochs)
     key = jax.random.key(1)
     data, private = feed.inputs(feed.sample(1))

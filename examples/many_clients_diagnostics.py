@@ -23,7 +23,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import traverse_util
 
-from fedjax_sc.core import participation, sharding
+from fedjax_sc.core import sharding
+from fedjax_sc.core.feed import ClientFeed
 from fedjax_sc.core.round import ClientStates, build_round
 from fedjax_sc.data.client_data import host_client_data
 from fedjax_sc.run.config import TrainConfig, load_scene
@@ -64,7 +65,7 @@ def movement(data_dir: str) -> None:
                         **kw).resolved()
         scene = load_scene(c)
         setup = build_setup(c, scene, log=lambda s: None)
-        feed = participation.ClientFeed(host_client_data(scene.train, local_vocab=True),
+        feed = ClientFeed(host_client_data(scene.train, local_vocab=True),
                                         setup.client_states.private, sharding.client_mesh(),
                                         c.clients_per_round, seed=0)
         idx = feed.sample(1)

@@ -11,7 +11,7 @@ equal to the checkpoint's round) only redoes the evaluation and the Ap phase.
 
 Scale: ``partition`` re-splits the scene's pooled domains into ``num_clients`` clients
 (:mod:`fedjax_sc.data.partition`); ``clients_per_round`` samples M of them per round
-(:class:`fedjax_sc.core.population_feed.PopulationFeed`: data and private leaves stay on the
+(:class:`fedjax_sc.core.feed.PopulationFeed`: data and private leaves stay on the
 host, sampled rows are gathered and scattered back); every round runs on a ``members x
 clients`` mesh of all devices (:mod:`fedjax_sc.core.sharding`; ``1 x D`` for one run);
 ``server_opt`` adds a FedOpt server
@@ -39,7 +39,7 @@ import orbax.checkpoint as ocp
 
 from fedjax_sc.core import communication, population, sharding
 from fedjax_sc.core.evaluate import make_evaluate, make_personal_evaluate
-from fedjax_sc.core.population_feed import PopulationFeed
+from fedjax_sc.core.feed import PopulationFeed
 from fedjax_sc.core.round import ClientStates, build_round
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.run import loading, members, processes, rundir

@@ -13,7 +13,8 @@ CHILD = textwrap.dedent("""
     from fedjax_sc.algorithms.fedper import fedper
     from fedjax_sc.data.scenes import synthetic_scene
     from fedjax_sc.models.text_classifier import TextClassifier, init_params
-    from fedjax_sc.core import participation, round as rnd, sharding
+    from fedjax_sc.core import round as rnd, sharding
+    from fedjax_sc.core.feed import ClientFeed
     from fedjax_sc.data.client_data import host_client_data
     from fedjax_sc.core.round import ClientStates
 
@@ -28,7 +29,7 @@ CHILD = textwrap.dedent("""
         mesh = sharding.client_mesh(devices)
         state, clients = rnd.init_states(alg, init_params(model, jax.random.key(0)), 6)
         state = sharding.put_replicated(state, mesh)
-        feed = participation.ClientFeed(host, clients.private, mesh)
+        feed = ClientFeed(host, clients.private, mesh)
         for r in (1, 2):
             idx = feed.sample(r)
             data, private = feed.inputs(idx)

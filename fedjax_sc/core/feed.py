@@ -1,13 +1,15 @@
-"""A population's clients on a ``members x clients`` mesh, round after round.
+"""The clients of each round, handed to the compiled round, and their private leaves kept.
 
-:class:`PopulationFeed` is :class:`~fedjax_sc.core.participation.ClientFeed` for P members
-trained as one program (:mod:`fedjax_sc.core.population`) on a
-:func:`~fedjax_sc.core.sharding.population_mesh`: the members' private leaves are stacked
-``[P, N, ...]`` and sharded ``P("members", "clients")``; the round's data is one copy
-``[K, ...]`` sharded ``P("clients")`` (replicated over the member axis) when every client
-takes part, or ``[P, M, ...]`` sharded ``P("members", "clients")`` when each member samples
-its own M clients. With one member and a ``1 x D`` mesh it places exactly what a
-``ClientFeed`` on the 1-D client mesh places.
+One mechanism, two shapes. :class:`PopulationFeed` serves P members trained as one program
+(:mod:`fedjax_sc.core.population`) on a :func:`~fedjax_sc.core.sharding.population_mesh`:
+the members' private leaves are stacked ``[P, N, ...]`` and sharded
+``P("members", "clients")``; the round's data is one copy ``[K, ...]`` sharded
+``P("clients")`` (replicated over the member axis) when every client takes part, or
+``[P, M, ...]`` sharded ``P("members", "clients")`` when each member samples its own M
+clients. :class:`ClientFeed` is the same feed for one run driven by
+:func:`~fedjax_sc.core.round.make_round_step`: one member, no member axis (``[N, ...]``,
+``P("clients")`` on a :func:`~fedjax_sc.core.sharding.client_mesh`). Sampling, gathering,
+padding and the private leaves' round trip are :mod:`fedjax_sc.core.participation`'s.
 """
 
 from __future__ import annotations
@@ -35,8 +37,11 @@ class PopulationFeed:
     Args:
       data: the round's training split, host arrays (``round.host_client_data``), N clients.
       private: the members' private leaves, stacked ``[P, N, ...]`` (``ClientStates.private``
-        of :func:`~fedjax_sc.core.population.init_from_params`).
-      mesh: a :func:`~fedjax_sc.core.sharding.population_mesh` whose member axis divides P.
+        of :func:`~fedjax_sc.core.population.init_from_params`); ``[N, ...]`` without the
+        member axis.
+      mesh: a :func:`~fedjax_sc.core.sharding.population_mesh` whose member axis divides P
+        (without the member axis: any mesh with a ``clients`` axis; the clients split over
+        it, replicated over the others).
       seeds: the members' seeds (their sampling draws), ``[P]``.
       num_sampled: M per round; None = all N.
       sampling: ``uniform`` or ``size`` (:func:`~fedjax_sc.core.participation.sample_clients`).
@@ -45,19 +50,25 @@ class PopulationFeed:
         :func:`~fedjax_sc.core.sharding.client_block` that are real clients); None: ``data``
         holds all N.
       first: the first client ``data`` holds.
+      member_axis: False for one member whose private leaves and round data carry no member
+        axis (:class:`ClientFeed`).
 
     Raises:
       ValueError: M outside ``[1, N]``, an unknown sampling, P not splitting over the mesh's
-        member axis, or a share with sampling or without the rows its devices need.
+        member axis (or P != 1 without the member axis), or a share with sampling or without
+        the rows its devices need.
     """
 
     def __init__(self, data, private, mesh, seeds: Sequence[int],
                  num_sampled: int | None = None, sampling: str = "uniform",
-                 num_clients: int | None = None, first: int = 0):
+                 num_clients: int | None = None, first: int = 0, member_axis: bool = True):
         self.mesh, self.seeds = mesh, [int(s) for s in seeds]
         self.size = len(self.seeds)
+        self.member_axis = member_axis
         self.devices = sharding.client_devices(mesh)
-        if self.size % int(dict(mesh.shape)[sharding.MEMBERS]):
+        if not member_axis and self.size != 1:
+            raise ValueError(f"{self.size} members need a member axis")
+        if member_axis and self.size % int(dict(mesh.shape)[sharding.MEMBERS]):
             raise ValueError(f"{self.size} members do not split over a member axis of "
                              f"{dict(mesh.shape)[sharding.MEMBERS]}")
         self.data = data
@@ -88,7 +99,7 @@ class PopulationFeed:
             self._cached = None if self.partial else sharding.put_clients(
                 participation.round_data(data, np.arange(self.num_clients), sampling,
                                          self.devices), mesh)
-        self.private = (sharding.put_members(private, mesh, clients=True) if self.resident
+        self.private = (self._place(private) if self.resident
                         else jax.tree.map(np.asarray, private))
 
     @property
@@ -107,18 +118,17 @@ class PopulationFeed:
     def inputs(self, idxs: Sequence[np.ndarray]) -> tuple[Any, Any]:
         """``(data, private)`` of every member's clients ``idxs[i]`` on the mesh: ``data``
         ``[K, ...]`` shared (all clients) or ``[P, K, ...]`` (sampled), ``private``
-        ``[P, K, ...]``, K = :attr:`round_size`."""
+        ``[P, K, ...]``, K = :attr:`round_size` (no P without the member axis)."""
         if self._cached is not None:
             data = self._cached
         else:
-            data = _stack([participation.round_data(self.data, idx, self.sampling,
-                                                    self.devices) for idx in idxs])
-            data = sharding.put_members(data, self.mesh, clients=True)
+            data = self._place(self._stack([participation.round_data(
+                self.data, idx, self.sampling, self.devices) for idx in idxs]))
         if self.resident:
             return data, self.private
         rows = [participation.pad_clients(participation.gather(self.member_private(i), idx),
                                           self.devices)[0] for i, idx in enumerate(idxs)]
-        return data, sharding.put_members(_stack(rows), self.mesh, clients=True)
+        return data, self._place(self._stack(rows))
 
     def update(self, idxs: Sequence[np.ndarray], private, keep: Sequence[bool]) -> None:
         """Keeps the round's new private leaves ``[P, K, ...]`` of the members whose ``keep``
@@ -130,19 +140,93 @@ class PopulationFeed:
         if not jax.tree.leaves(private):
             return
         rows = sharding.to_host(private)  # gathered from every process's devices
+        # A fresh copy, never written in place: a checkpoint being saved may still read the
+        # arrays of the last round.
         kept = jax.tree.map(lambda x: np.array(x, copy=True), self.private)
         for i, idx in enumerate(idxs):
             if keep[i]:
-                for x, r in zip(jax.tree.leaves(kept), jax.tree.leaves(rows)):
-                    x[i, idx] = r[i, : len(idx)]
+                for x, r in zip(jax.tree.leaves(self._member(kept, i)),
+                                jax.tree.leaves(self._member(rows, i))):
+                    x[idx] = r[: len(idx)]
         self.private = kept
 
     def member_private(self, i: int) -> Any:
         """Member ``i``'s private leaves ``[N, ...]`` (device arrays when resident, else
         NumPy)."""
-        return jax.tree.map(lambda x: x[i], self.private)
+        return self._member(self.private, i)
+
+    def _member(self, tree: Any, i: int) -> Any:
+        return jax.tree.map(lambda x: x[i], tree) if self.member_axis else tree
+
+    def _stack(self, trees: Sequence[Any]) -> Any:
+        """The members' host pytrees on a leading member axis (NumPy); the one tree without
+        the member axis."""
+        if not self.member_axis:
+            return trees[0]
+        return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *trees)
+
+    def _place(self, tree: Any) -> Any:
+        if self.member_axis:
+            return sharding.put_members(tree, self.mesh, clients=True)
+        return sharding.put_clients(tree, self.mesh)
 
 
-def _stack(trees: Sequence[Any]) -> Any:
-    """Same-structured host pytrees stacked on a new leading member axis (NumPy)."""
-    return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *trees)
+class ClientFeed:
+    """Hands one run's compiled round (:func:`~fedjax_sc.core.round.make_round_step`) its
+    clients, round after round, and keeps every client's private leaves: a
+    :class:`PopulationFeed` of one member without the member axis.
+
+    With all N clients taking part and N a multiple of the mesh's devices, data and private
+    leaves stay on the devices (sharded over clients) for the whole run. Otherwise (M < N
+    sampled, or padding needed) they live on the host: each round gathers the sampled rows,
+    pads them to a multiple of the devices with inert clients, places them on the mesh, and
+    :meth:`update` scatters the new private leaves back.
+
+    Args:
+      data: the round's training split, host arrays (``round.host_client_data``), N clients.
+      private: the N clients' private leaves (``ClientStates.private``), leading axis N.
+      mesh: the device mesh (``sharding.client_mesh``; a 2-D ``population_mesh`` too: the
+        clients split over its ``clients`` axis, replicated over its members).
+      num_sampled: M per round; None = all N.
+      sampling: ``uniform`` or ``size`` (:func:`~fedjax_sc.core.participation.sample_clients`).
+      seed: the run's seed (sampling draws).
+
+    Raises:
+      ValueError: M outside ``[1, N]`` or an unknown sampling.
+    """
+
+    def __init__(self, data, private, mesh, num_sampled: int | None = None,
+                 sampling: str = "uniform", seed: int = 0):
+        self._feed = PopulationFeed(data, private, mesh, [seed], num_sampled, sampling,
+                                    member_axis=False)
+
+    @property
+    def private(self) -> Any:
+        """The N clients' private leaves ``[N, ...]`` (device arrays when resident, else
+        NumPy)."""
+        return self._feed.private
+
+    @property
+    def num_clients(self) -> int:
+        return self._feed.num_clients
+
+    @property
+    def num_sampled(self) -> int:
+        return self._feed.num_sampled
+
+    @property
+    def round_size(self) -> int:
+        """Clients on the round's client axis: M padded to a multiple of the devices."""
+        return self._feed.round_size
+
+    def sample(self, round_index: int) -> np.ndarray:
+        """The round's client indices (all N, in order, without sampling)."""
+        return self._feed.sample(round_index)[0]
+
+    def inputs(self, idx: np.ndarray) -> tuple[Any, Any]:
+        """``(data, private)`` of clients ``idx`` on the mesh (:attr:`round_size` clients)."""
+        return self._feed.inputs([idx])
+
+    def update(self, idx: np.ndarray, private) -> None:
+        """Keeps the round's new private leaves of clients ``idx`` (padding rows dropped)."""
+        self._feed.update([idx], private, [True])
