@@ -68,3 +68,26 @@ def test_compare_personalised_models_and_the_errors(runs, tmp_path, capsys):
     assert cli.main(["compare", str(a_dir), str(tmp_path / "none")]) == 1
     assert "config.json does not exist" in capsys.readouterr().err
     assert cli.main(["compare", str(a_dir), str(a_dir), "--level", "nan"]) == 1
+
+
+def test_private_embedding_check_reads_the_runs_own_figures(tmp_path):
+    """examples/private_embedding_global_check.py: its ``server`` column is the run's Ag and
+    its ``own`` column the personalised accuracy the run logged (each client's own tables)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "fusion"
+    train(TrainConfig(**{**TINY, "embed_dim": 4}, algorithm="fedfusion", out=str(out)),
+          log=_quiet)
+    script = Path(__file__).parents[2] / "examples" / "private_embedding_global_check.py"
+    proc = subprocess.run([sys.executable, str(script), str(out)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = [line.split("|")[1:-1] for line in proc.stdout.splitlines()
+             if line.startswith("| d")]
+    last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    server = [float(r[1]) for r in table]
+    own = [float(r[3]) for r in table]
+    np.testing.assert_allclose(server, np.round(100 * np.asarray(last["Ag_per_client"]), 1))
+    np.testing.assert_allclose(own, np.round(100 * np.asarray(last["personal_per_client"]), 1))
