@@ -9,8 +9,8 @@ too (the rounds done so far), so progress can be committed while a run goes on.
 
 ``fedjax-sc results render`` reads such a folder and writes ``<dest>/<scene>/<table>.md``:
 ours beside the paper's figures per client and on average (Tables 2-3: Ag, the paper's
-Table 2, and Ap, its Table 3, from the same runs), the Ag curve every 10 rounds with the
-seconds per round, and ``<table>-convergence.png`` (Fig. 4: Ag per round, then Ap_t).
+Table 2, and Ap, its Table 3, from the same runs, and the gaps summarised by
+:mod:`fedjax_sc.run.gaps`), the Ag curve every 10 rounds with the seconds per round, and ``<table>-convergence.png`` (Fig. 4: Ag per round, then Ap_t).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_sc.run import paper, rundir
+from fedjax_sc.run import gaps, paper, rundir
 from fedjax_sc.run.config import config_from_json
 from fedjax_sc.run.reproduce import (
     TABLE23_METHODS,
@@ -127,6 +127,8 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
                  *_per_client(order, seeds, reports, rows, c["rounds"], scene)]
         if table == "table3":
             lines += _ap_modes(order, seeds, reports)
+        names = [r["client"] for r in next(iter(reports.values()))["clients"]] if reports else []
+        lines += gaps.gap_section(order, seeds, reports, scene, names)
     else:
         planned, cells = plan(table, scene, c["embed_dim"])
         order = [r.name for r in planned if any(k[0] == r.name for k in runs)]
