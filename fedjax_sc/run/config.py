@@ -112,6 +112,8 @@ class TrainConfig:
       mmd_kernel: FedMMD's kernel, ``multi`` (19 summed Gaussian kernels, Yao et al.'s code)
         or ``median`` (one Gaussian, median-heuristic width).
       fusion: FedFusion's operator, ``conv`` | ``multi`` | ``single`` (Yao et al. 2019).
+      fusion_init: the ``conv`` operator's initialisation, ``pytorch`` (Yao et al.'s code,
+        default) or ``half_identity`` (``[I/2, I/2]``: the plain model at the start).
       fusion_private_embedding: FedFusion keeps each client's word embedding private (Li et
         al. 2021's run, Sec. 5.5; default True); False averages every leaf (Yao et al.).
       kc_clusters / kc_iterations / kc_weight: FedKC's q, Lloyd iterations and alpha
@@ -225,6 +227,7 @@ class TrainConfig:
     mmd_weight: float = registry.default("mmd_weight")
     mmd_kernel: str = registry.default("mmd_kernel")
     fusion: str = registry.default("fusion")
+    fusion_init: str = registry.default("fusion_init")
     fusion_private_embedding: bool = registry.default("fusion_private_embedding")
     kc_clusters: int = registry.default("kc_clusters")
     kc_iterations: int = registry.default("kc_iterations")

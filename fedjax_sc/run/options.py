@@ -78,6 +78,9 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    "one Gaussian of median-heuristic width")
     b.add_argument("--fusion", choices=("conv", "multi", "single"), default=default("fusion"),
                    help="FedFusion operator (Yao et al. 2019)")
+    b.add_argument("--fusion-init", choices=("pytorch", "half_identity"),
+                   default=default("fusion_init"), help="FedFusion conv operator's init: "
+                   "PyTorch's default as in Yao et al.'s code, or [I/2, I/2] (the plain model)")
     b.add_argument("--fusion-shared-embedding", dest="fusion_private_embedding",
                    action="store_false", help="FedFusion averages the word embedding too (Yao "
                    "et al. 2019); default: private embedding, as Li et al. ran it (Sec. 5.5)")

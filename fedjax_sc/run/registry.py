@@ -89,6 +89,7 @@ OPTIONS: dict[str, tuple[Callable, str]] = {
     "mmd_weight": (fedmmd.mmd_penalty, "weight"),
     "mmd_kernel": (fedmmd.mmd_penalty, "kernel"),
     "fusion": (FusionClassifier, "fusion"),
+    "fusion_init": (FusionClassifier, "fusion_init"),
     "fusion_private_embedding": (fedfusion, "private_embedding"),
     "kc_clusters": (fedkc.fedkc, "num_clusters"),
     "kc_iterations": (fedkc.fedkc, "iterations"),
@@ -185,7 +186,8 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
     elif name == "fedfusion":
         if dims.pop("furl_dim"):
             raise ValueError("fedfusion has no FURL user vector (furl_dim must be 0)")
-        algorithm = fedfusion(FusionClassifier(**dims, fusion=o["fusion"]), **opt,
+        model = FusionClassifier(**dims, fusion=o["fusion"], fusion_init=o["fusion_init"])
+        algorithm = fedfusion(model, **opt,
                               private_embedding=o["fusion_private_embedding"])
     elif name == "asp":
         if not num_clients:

@@ -63,7 +63,7 @@ def algorithm_options(c: TrainConfig, scene: scenes.Scene) -> dict[str, Any]:
         bandwidth=c.bandwidth, pca_band=c.pca_band, pca_center=c.pca_center,
         upload_noise=c.upload_noise, dp_clip=c.dp_clip, dp_noise=c.dp_noise,
         prox_mu=c.prox_mu, mmd_weight=c.mmd_weight, mmd_kernel=c.mmd_kernel,
-        fusion=c.fusion, fusion_private_embedding=c.fusion_private_embedding,
+        fusion=c.fusion, fusion_init=c.fusion_init, fusion_private_embedding=c.fusion_private_embedding,
         kc_clusters=c.kc_clusters, kc_iterations=c.kc_iterations, kc_weight=c.kc_weight,
         asp_adversarial=c.asp_adversarial, asp_orthogonal=c.asp_orthogonal,
         asp_schedule=c.asp_schedule,

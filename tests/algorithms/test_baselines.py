@@ -128,8 +128,23 @@ def test_orthogonality_is_zero_for_orthogonal_features():
     assert bool(jnp.all(jnp.isfinite(grads)))
 
 
-def test_fusion_starts_as_the_plain_model_and_uses_the_frozen_reference(scene):
+def test_fusion_conv_starts_at_pytorchs_default_init_not_the_plain_model(scene):
     fused = FusionClassifier(vocab_size=len(scene.vocab), **DIMS)
+    conv = init_params(fused, jax.random.key(1))["fuse"]["conv"]
+    two_f, f = conv["kernel"].shape
+    bound = two_f ** -0.5  # nn.Conv2d / nn.Linear: U(+-1/sqrt(fan_in)) for weight and bias
+    for leaf in (conv["kernel"], conv["bias"]):
+        assert float(jnp.abs(leaf).max()) <= bound
+        assert float(jnp.abs(leaf).max()) > 0.5 * bound  # spread over the range, not zeros
+    assert two_f == 2 * f
+    np.testing.assert_allclose(float(conv["kernel"].std()), bound / np.sqrt(3), rtol=0.2)
+    with pytest.raises(ValueError, match="fusion_init"):
+        init_params(FusionClassifier(vocab_size=len(scene.vocab), fusion_init="eye", **DIMS),
+                    jax.random.key(1))
+
+
+def test_fusion_starts_as_the_plain_model_and_uses_the_frozen_reference(scene):
+    fused = FusionClassifier(vocab_size=len(scene.vocab), fusion_init="half_identity", **DIMS)
     plain = TextClassifier(vocab_size=len(scene.vocab), **DIMS)
     alg = fedfusion(fused)
     params = make_copies(init_params(fused, jax.random.key(1)), alg.local_copies)
