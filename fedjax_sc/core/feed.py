@@ -140,15 +140,12 @@ class PopulationFeed:
         if not jax.tree.leaves(private):
             return
         rows = sharding.to_host(private)  # gathered from every process's devices
-        # A fresh copy, never written in place: a checkpoint being saved may still read the
-        # arrays of the last round.
-        kept = jax.tree.map(lambda x: np.array(x, copy=True), self.private)
-        for i, idx in enumerate(idxs):
-            if keep[i]:
-                for x, r in zip(jax.tree.leaves(self._member(kept, i)),
-                                jax.tree.leaves(self._member(rows, i))):
-                    x[idx] = r[: len(idx)]
-        self.private = kept
+        # Fresh copies (scatter and stack copy), never written in place: a checkpoint being
+        # saved may still read the arrays of the last round.
+        members = [self._member(self.private, i) for i in range(len(idxs))]
+        self.private = self._stack([
+            participation.scatter(old, idx, self._member(rows, i)) if keep[i] else old
+            for i, (old, idx) in enumerate(zip(members, idxs))])
 
     def member_private(self, i: int) -> Any:
         """Member ``i``'s private leaves ``[N, ...]`` (device arrays when resident, else
