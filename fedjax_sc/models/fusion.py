@@ -10,11 +10,12 @@ o in R^{2h} (Eq. 1-3 of Li et al. 2021), and the operators become:
   (``init``, :data:`CONV_INITS`) as PyTorch initialises the ``nn.Conv2d(128, 64, 1)`` of Yao
   et al.'s code: ``W`` and ``b`` uniform in +-1/sqrt(fan_in), fan_in = 4h (``pytorch``,
   default); ``half_identity`` starts at ``W = [I/2, I/2]``, ``b = 0``, the plain model.
-  On FDU-MTL (4 domains, 8 rounds) ``half_identity`` let the classifier come to rely on the
-  gap between the trained and the frozen extractor: the global model with its reference read
-  71.6 but at chance (51.1) once the reference is set to its own extractor, which is the
-  model every client starts a round (and the Ap phase) from, and the training loss rose from
-  round 6; with ``pytorch`` the two read 73.0 and 73.4 and the loss fell;
+  On FDU-MTL (4 domains, round 8) ``half_identity`` let the classifier come to rely on the
+  gap between the trained and the frozen extractor: the global model fused with its
+  reference (the previous round's extractor) read 71.6 and 72.1 in two runs, but 51.1 and
+  59.5 fused with its own extractor, which is the model every client starts a round (and
+  the Ap phase) from; with ``pytorch`` the two read 70.7 / 69.2 (round 6) and 73.0 / 73.4
+  (round 13);
 * ``multi``: a learned per-channel mix ``a * o_local + (1 - a) * o_global``, ``a =
   sigmoid(v)`` in (0, 1)^{2h} (starts at 1/2);
 * ``single``: the same with one scalar ``a``.
