@@ -358,6 +358,9 @@ def _first_line(e: BaseException) -> str:
 
 _LOST = ("gloo", "nccl", "connection", "peer", "heartbeat", "barrier", "unavailable",
          "deadline_exceeded", "coordination", "socket", "preempt")
+_COLLECTIVES = ("gloo", "nccl")
+"""Collective backends: an error naming one is a failed collective, whatever its type (a
+checkpoint library may re-raise the runtime's error as a ValueError)."""
 
 
 def lost_contact(e: BaseException) -> str | None:
@@ -369,8 +372,10 @@ def lost_contact(e: BaseException) -> str | None:
     import jax
     seen = e
     while seen is not None:
-        if isinstance(seen, jax.errors.JaxRuntimeError) and any(
-                word in str(seen).lower() for word in _LOST):
+        text = str(seen).lower()
+        if any(word in text for word in _COLLECTIVES) or (
+                isinstance(seen, jax.errors.JaxRuntimeError)
+                and any(word in text for word in _LOST)):
             reason = _first_line(seen).removeprefix("UNKNOWN: ").removeprefix("INTERNAL: ")
             return (f"process {jax.process_index()} of {jax.process_count()} lost contact "
                     f"with the others (one of them stopped, or its host failed): {reason}")

@@ -288,6 +288,8 @@ def save_checkpoint(ckpt: ocp.CheckpointManager, r: int, state: ServerState,
         digests[str(r)] = tree_digest(tree)  # every process: a collective
         rundir.write_text(Path(ckpt.directory) / DIGESTS, json.dumps(digests, indent=1))
     except Exception as e:  # orbax raises many types; all end the run the same way
+        if processes.lost_contact(e):  # another process is gone: the folder is not at fault
+            raise
         raise CheckpointError(
             f"round {r}: saving the checkpoint to {ckpt.directory} failed ({type(e).__name__}: "
             f"{_first_line(e)}); rounds up to {r - 1} are saved: free space or fix the "

@@ -348,3 +348,34 @@ def test_processes_that_never_meet_give_up_in_one_line(process_id, says, tmp_pat
     assert code == 1 and len(lines) == 1 and says in lines[0], stderr[-2000:]
     assert lines[0].startswith("fedjax-sc: error: --coordinator 127.0.0.1:")
     assert time.monotonic() - t0 < 60 and not out.exists()
+
+
+def test_a_collective_failing_inside_a_checkpoint_save_is_lost_contact_not_a_disk_error(
+        monkeypatch):
+    # orbax re-raised gloo's broken all-gather as a ValueError in a killed-peer run: it must
+    # read as a lost process (one line, how to resume), not as "free space or fix the folder"
+    import jax
+
+    from fedjax_sc.run import setup
+
+    class Manager:  # a checkpoint manager whose save meets a dead peer
+        directory = "/runs/x/checkpoints"
+
+        def save(self, *args, **kwargs):
+            raise ValueError("UNKNOWN: Gloo AllGather failed: [external/gloo/gloo/transport/tcp/"
+                             "pair.cc:538] Read error [127.0.0.1]:10156: Connection reset by peer")
+
+    monkeypatch.setattr(processes, "several", lambda: True)
+    monkeypatch.setattr(jax, "process_index", lambda: 0)
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    state = setup.ServerState(params={"w": jax.numpy.zeros(2)}, round=jax.numpy.asarray(3))
+    with pytest.raises(ValueError) as caught:
+        setup.save_checkpoint(Manager(), 3, state, setup.ClientStates(private={}))
+    line = processes.lost_contact(caught.value)
+    assert line.startswith("process 0 of 2 lost contact with the others")
+    assert "Connection reset by peer" in line
+    # with one process the same error is no lost contact, and a disk error never is
+    monkeypatch.setattr(processes, "several", lambda: False)
+    assert processes.lost_contact(caught.value) is None
+    monkeypatch.setattr(processes, "several", lambda: True)
+    assert processes.lost_contact(OSError(28, "No space left on device")) is None
