@@ -352,7 +352,8 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
                               [names[k] for k in idx])
             save_checkpoint(ckpts[i], r, population.member(state, i),
                             ClientStates(feed.member_private(i)))
-            eta = (c.rounds - r) * float(np.mean(durations))
+            # the last rounds' pace: the first includes compiling, and the load changes
+            eta = (c.rounds - r) * float(np.mean(durations[-5:]))
             shown = "n/a" if ag is None else f"{row['Ag']:.4f}"
             extra = ("" if personal is None else
                      f" | personal ({mode}) {row['personal'][mode]:.4f}")
