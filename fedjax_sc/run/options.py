@@ -21,6 +21,7 @@ def default(field: str):
 def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     """The options of one run; ``grid``: those shared by every run of a reproduction."""
     from fedjax_sc.data.partition import PARTITIONS
+    from fedjax_sc.models.fusion import CONV_INITS, FUSIONS
     from fedjax_sc.run.members import GRID_NAMES
     from fedjax_sc.run.train import ALGORITHMS, DTYPES, SCENES
     t.add_argument("--scene", choices=SCENES, default=default("scene"))
@@ -76,9 +77,9 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     b.add_argument("--mmd-kernel", choices=("multi", "median"), default=default("mmd_kernel"),
                    help="FedMMD kernel: the sum of 19 Gaussian kernels of Yao et al.'s code, or "
                    "one Gaussian of median-heuristic width")
-    b.add_argument("--fusion", choices=("conv", "multi", "single"), default=default("fusion"),
+    b.add_argument("--fusion", choices=FUSIONS, default=default("fusion"),
                    help="FedFusion operator (Yao et al. 2019)")
-    b.add_argument("--fusion-init", choices=("pytorch", "half_identity"),
+    b.add_argument("--fusion-init", choices=CONV_INITS,
                    default=default("fusion_init"), help="FedFusion conv operator's init: "
                    "PyTorch's default as in Yao et al.'s code, or [I/2, I/2] (the plain model)")
     b.add_argument("--fusion-shared-embedding", dest="fusion_private_embedding",

@@ -187,8 +187,7 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
         if dims.pop("furl_dim"):
             raise ValueError("fedfusion has no FURL user vector (furl_dim must be 0)")
         model = FusionClassifier(**dims, fusion=o["fusion"], fusion_init=o["fusion_init"])
-        algorithm = fedfusion(model, **opt,
-                              private_embedding=o["fusion_private_embedding"])
+        algorithm = fedfusion(model, **opt, private_embedding=o["fusion_private_embedding"])
     elif name == "asp":
         if not num_clients:
             raise ValueError("asp needs num_clients (its number of domains)")
