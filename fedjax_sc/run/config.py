@@ -116,6 +116,9 @@ class TrainConfig:
         default) or ``half_identity`` (``[I/2, I/2]``: the plain model at the start).
       fusion_private_embedding: FedFusion keeps each client's word embedding private (Li et
         al. 2021's run, Sec. 5.5; default True); False averages every leaf (Yao et al.).
+      fusion_gamma_momentum: the server's momentum on the ``multi`` / ``single`` fusion
+        weight, ``gamma <- mu * gamma + (1 - mu) * mean`` (Yao et al.'s code: 0.9); 0 averages
+        it.
       kc_clusters / kc_iterations / kc_weight: FedKC's q, Lloyd iterations and alpha
         (fedavg_kc, fedprox_kc; 10, 10, 0.1).
       asp_adversarial / asp_orthogonal: ASP's lambda_adv and gamma (Liu et al. 2017: 0.05,
@@ -229,6 +232,7 @@ class TrainConfig:
     fusion: str = registry.default("fusion")
     fusion_init: str = registry.default("fusion_init")
     fusion_private_embedding: bool = registry.default("fusion_private_embedding")
+    fusion_gamma_momentum: float = registry.default("fusion_gamma_momentum")
     kc_clusters: int = registry.default("kc_clusters")
     kc_iterations: int = registry.default("kc_iterations")
     kc_weight: float = registry.default("kc_weight")

@@ -85,6 +85,9 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     b.add_argument("--fusion-shared-embedding", dest="fusion_private_embedding",
                    action="store_false", help="FedFusion averages the word embedding too (Yao "
                    "et al. 2019); default: private embedding, as Li et al. ran it (Sec. 5.5)")
+    b.add_argument("--fusion-gamma-momentum", type=float,
+                   default=default("fusion_gamma_momentum"), help="FedFusion multi/single: "
+                   "the server's momentum on the fusion weight, as in Yao et al.'s code")
     b.add_argument("--kc-clusters", type=int, default=default("kc_clusters"),
                    help="FedKC K-Means clusters q")
     b.add_argument("--kc-iterations", type=int, default=default("kc_iterations"),

@@ -13,7 +13,7 @@ arch_a/b/c     PrivateSharedClassifier(private_from=classifier/encoder/         
                embedding, no projection), KTEPS loss with lambda2 = 0
 fedprox        TextClassifier; loss + mu/2 ||w - w_global||^2                  Li, Sahu 2020
 fedmmd         TextClassifier; loss + lambda MMD^2(local, global features)     Yao 2018
-fedfusion      FusionClassifier (local + frozen global features, "conv");      Yao 2019
+fedfusion      FusionClassifier (local + frozen global features, "multi");     Yao 2019
                private word embedding (Li et al.'s run)
 fedavg_kc      TextClassifier; FedAvg + FedKC consistency on K-Means centroids  Wang 2022
 fedprox_kc     TextClassifier; FedProx + FedKC                                  Wang 2022
@@ -91,6 +91,7 @@ OPTIONS: dict[str, tuple[Callable, str]] = {
     "fusion": (FusionClassifier, "fusion"),
     "fusion_init": (FusionClassifier, "fusion_init"),
     "fusion_private_embedding": (fedfusion, "private_embedding"),
+    "fusion_gamma_momentum": (fedfusion, "gamma_momentum"),
     "kc_clusters": (fedkc.fedkc, "num_clusters"),
     "kc_iterations": (fedkc.fedkc, "iterations"),
     "kc_weight": (fedkc.fedkc, "weight"),
@@ -187,7 +188,8 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
         if dims.pop("furl_dim"):
             raise ValueError("fedfusion has no FURL user vector (furl_dim must be 0)")
         model = FusionClassifier(**dims, fusion=o["fusion"], fusion_init=o["fusion_init"])
-        algorithm = fedfusion(model, **opt, private_embedding=o["fusion_private_embedding"])
+        algorithm = fedfusion(model, **opt, private_embedding=o["fusion_private_embedding"],
+                              gamma_momentum=o["fusion_gamma_momentum"])
     elif name == "asp":
         if not num_clients:
             raise ValueError("asp needs num_clients (its number of domains)")

@@ -65,6 +65,7 @@ def algorithm_options(c: TrainConfig, scene: scenes.Scene) -> dict[str, Any]:
         prox_mu=c.prox_mu, mmd_weight=c.mmd_weight, mmd_kernel=c.mmd_kernel,
         fusion=c.fusion, fusion_init=c.fusion_init,
         fusion_private_embedding=c.fusion_private_embedding,
+        fusion_gamma_momentum=c.fusion_gamma_momentum,
         kc_clusters=c.kc_clusters, kc_iterations=c.kc_iterations, kc_weight=c.kc_weight,
         asp_adversarial=c.asp_adversarial, asp_orthogonal=c.asp_orthogonal,
         asp_schedule=c.asp_schedule,

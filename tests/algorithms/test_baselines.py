@@ -129,7 +129,7 @@ def test_orthogonality_is_zero_for_orthogonal_features():
 
 
 def test_fusion_conv_starts_at_pytorchs_default_init_not_the_plain_model(scene):
-    fused = FusionClassifier(vocab_size=len(scene.vocab), **DIMS)
+    fused = FusionClassifier(vocab_size=len(scene.vocab), fusion="conv", **DIMS)
     conv = init_params(fused, jax.random.key(1))["fuse"]["conv"]
     two_f, f = conv["kernel"].shape
     bound = two_f ** -0.5  # nn.Conv2d / nn.Linear: U(+-1/sqrt(fan_in)) for weight and bias
@@ -143,8 +143,33 @@ def test_fusion_conv_starts_at_pytorchs_default_init_not_the_plain_model(scene):
                     jax.random.key(1))
 
 
+@pytest.mark.parametrize("kind", ["multi", "single"])
+def test_fusion_mix_starts_on_the_local_features_and_learns_the_global_share(scene, kind):
+    """Yao et al.'s ``FeatureFuse``: ``gamma * global + (1 - gamma) * local``, gamma at 0."""
+    fused = FusionClassifier(vocab_size=len(scene.vocab), fusion=kind, **DIMS)
+    plain = TextClassifier(vocab_size=len(scene.vocab), **DIMS)
+    params = make_copies(init_params(fused, jax.random.key(1)), fedfusion(fused).local_copies)
+    gamma = params["fuse"]["gamma"]
+    assert gamma.shape == ((2 * DIMS["hidden"],) if kind == "multi" else (1,))
+    assert float(jnp.abs(gamma).max()) == 0.0
+    other = init_params(fused, jax.random.key(2))
+    params = {**params, "reference_encoder": other["encoder"]}  # global features now differ
+    tokens = jnp.asarray(scene.test.tokens[0, :4])
+    without = {k: params[k] for k in ("embedding", "encoder", "classifier")}
+    apply = jax.jit(fused.apply)
+    np.testing.assert_allclose(apply({"params": params}, tokens),
+                               jax.jit(plain.apply)({"params": without}, tokens), atol=1e-6)
+    # gamma = 1 reads the global (reference) features only
+    on_global = {**params, "fuse": {"gamma": jnp.ones_like(gamma)},
+                 "encoder": other["encoder"]}
+    np.testing.assert_allclose(apply({"params": on_global}, tokens),
+                               apply({"params": {**on_global, "encoder": params["encoder"]}},
+                                     tokens), atol=1e-6)
+
+
 def test_fusion_starts_as_the_plain_model_and_uses_the_frozen_reference(scene):
-    fused = FusionClassifier(vocab_size=len(scene.vocab), fusion_init="half_identity", **DIMS)
+    fused = FusionClassifier(vocab_size=len(scene.vocab), fusion="conv",
+                             fusion_init="half_identity", **DIMS)
     plain = TextClassifier(vocab_size=len(scene.vocab), **DIMS)
     alg = fedfusion(fused)
     params = make_copies(init_params(fused, jax.random.key(1)), alg.local_copies)
@@ -203,6 +228,34 @@ def test_fusion_global_model_keeps_the_extractor_its_clients_trained_against(
     for r in range(2):
         dense = step(*dense, client_data(scene.train, local_vocab=False), jax.random.key(r))[:2]
     chex.assert_trees_all_close((state, clients), dense, atol=2e-6)
+
+
+def test_fusion_weight_follows_yao_et_als_server_momentum(scene):
+    """``multi``: the global gamma is ``0.9 * gamma_old + 0.1 * mean`` (Yao et al.'s
+    ``update_shadow``), every other leaf the plain mean; ``conv`` has no server rule, and FedOpt
+    refuses to replace the rule."""
+    from fedjax_sc.algorithms.fedopt import fedopt
+    fused = FusionClassifier(vocab_size=len(scene.vocab), fusion="multi", **DIMS)
+    data = client_data(scene.train)
+    start = init_params(fused, jax.random.key(1))
+    start = {**start, "fuse": {"gamma": jnp.full_like(start["fuse"]["gamma"], 0.5)}}
+    out = {}
+    for mu in (0.9, 0.0):
+        alg = fedfusion(fused, 0.1, private_embedding=False, gamma_momentum=mu)
+        state, clients = rnd.init_states(alg, start, data.num_clients)
+        step = jax.jit(rnd.build_round(alg, batch_size=4, local_epochs=1))
+        out[mu] = step(state, clients, data, jax.random.key(0))[0].params
+    mean = out[0.0]["fuse"]["gamma"]
+    assert float(jnp.abs(mean - 0.5).max()) > 5e-5  # the clients moved it, by far over atol
+    np.testing.assert_allclose(out[0.9]["fuse"]["gamma"], 0.9 * 0.5 + 0.1 * mean, atol=2e-7)
+    chex.assert_trees_all_close({k: v for k, v in out[0.9].items() if k != "fuse"},
+                                {k: v for k, v in out[0.0].items() if k != "fuse"}, atol=1e-6)
+    conv = FusionClassifier(vocab_size=8, fusion="conv", **DIMS)
+    assert fedfusion(conv).server_optimizer is None
+    with pytest.raises(ValueError, match="already has a server optimizer"):
+        fedopt(fedfusion(fused), "adam")
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        fedfusion(fused, gamma_momentum=1.0)
 
 
 def test_fusion_reference_is_never_sent_and_survives_noise_and_a_server_optimizer(scene):
