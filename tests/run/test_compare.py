@@ -91,3 +91,16 @@ def test_private_embedding_check_reads_the_runs_own_figures(tmp_path):
     own = [float(r[3]) for r in table]
     np.testing.assert_allclose(server, np.round(100 * np.asarray(last["Ag_per_client"]), 1))
     np.testing.assert_allclose(own, np.round(100 * np.asarray(last["personal_per_client"]), 1))
+    # examples/fusion_weights.py on the same run: multi's per-channel gamma, near its start
+    # (0) after the run's rounds, since the server keeps it on a momentum of 0.9
+    weights = Path(__file__).parents[2] / "examples" / "fusion_weights.py"
+    proc = subprocess.run([sys.executable, str(weights), str(out)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = proc.stdout.strip().splitlines()[-1]
+    assert "(multi): gamma" in line and f"over {2 * TINY['hidden']} channel(s)" in line, line
+    top = float(line.split("max ")[1].split()[0])
+    assert 0.0 < abs(top) < 0.1, line
+    proc = subprocess.run([sys.executable, str(weights), str(out), "999"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0 and "no checkpoint of round 999" in proc.stderr, proc.stderr
