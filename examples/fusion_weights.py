@@ -21,13 +21,7 @@ import argparse
 
 import numpy as np
 
-from fedjax_sc.run.setup import (
-    build_setup,
-    global_params,
-    load_checked_scene,
-    load_run,
-    restore_checkpoint,
-)
+from fedjax_sc.run.setup import global_params, restore_run
 
 
 def main() -> None:
@@ -37,14 +31,13 @@ def main() -> None:
     args = parser.parse_args()
     for wanted in args.rounds or [None]:
         try:
-            config, checkpoints, step = load_run(args.run, wanted)
+            run = restore_run(args.run, wanted)
         except (FileNotFoundError, ValueError) as e:
             raise SystemExit(f"error: {e}") from None
+        config, step = run.config, run.round
         if config.algorithm != "fedfusion":
             raise SystemExit(f"{args.run}: a {config.algorithm} run, not fedfusion")
-        setup = build_setup(config, load_checked_scene(config, args.run), log=lambda _: None)
-        state, _ = restore_checkpoint(checkpoints, step, setup.state, setup.client_states)
-        fuse = global_params(setup, state.params)["fuse"]
+        fuse = global_params(run.setup, run.state.params)["fuse"]
         if "gamma" in fuse:
             g = np.asarray(fuse["gamma"])
             print(f"round {step} ({config.fusion}): gamma, the reference's share: mean "

@@ -28,13 +28,7 @@ from flax import traverse_util
 
 from fedjax_sc.core.evaluate import accuracy_list, make_evaluate, mean_accuracy
 from fedjax_sc.data.client_data import client_data, host_client_data
-from fedjax_sc.run.setup import (
-    build_setup,
-    global_params,
-    load_checked_scene,
-    load_run,
-    restore_checkpoint,
-)
+from fedjax_sc.run.setup import global_params, restore_run
 
 
 def main() -> None:
@@ -42,12 +36,9 @@ def main() -> None:
     ap.add_argument("run", help="a run folder with config.json and checkpoints/")
     ap.add_argument("--round", type=int, default=None, help="default: the last checkpoint")
     a = ap.parse_args()
-    c, ckpt, step = load_run(a.run, a.round)
-    scene = load_checked_scene(c, a.run)
-    setup = build_setup(c, scene, log=lambda _: None)
+    c, scene, setup, step, state, clients = restore_run(a.run, a.round)
     if setup.algorithm.global_predict is None:
         raise SystemExit(f"{a.run}: {c.algorithm} has no global model")
-    state, clients = restore_checkpoint(ckpt, step, setup.state, setup.client_states)
     private = traverse_util.flatten_dict(clients.private)
     tables = {k: v for k, v in private.items() if k[-1] == "embedding"}
     if not tables:

@@ -33,14 +33,7 @@ from fedjax_sc.core.evaluate import (
 )
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.run import rundir
-from fedjax_sc.run.setup import (
-    build_setup,
-    global_params,
-    load_checked_scene,
-    load_run,
-    restore_checkpoint,
-    tested_files,
-)
+from fedjax_sc.run.setup import global_params, restore_run, tested_files
 
 
 def run_hits(out: str | Path, personal: bool = False, at_round: int | None = None
@@ -62,11 +55,8 @@ def run_hits(out: str | Path, personal: bool = False, at_round: int | None = Non
       ValueError: the run's method has no global model and ``personal`` is False, or has no
         private leaves and ``personal`` is True.
     """
-    c, ckpt, step = load_run(out, at_round)
-    scene = load_checked_scene(c, out)
-    setup = build_setup(c, scene, log=lambda _: None)
+    c, scene, setup, step, state, client_states = restore_run(out, at_round)
     algorithm = setup.algorithm
-    state, client_states = restore_checkpoint(ckpt, step, setup.state, setup.client_states)
     test = client_data(scene.test)
     if personal:
         if not jax.tree.leaves(client_states.private):

@@ -242,6 +242,33 @@ def load_run(out: str | Path, at_round: int | None = None
     return c, ckpt, steps[-1] if at_round is None else at_round
 
 
+class RestoredRun(NamedTuple):
+    """A saved run, rebuilt (:func:`restore_run`)."""
+
+    config: TrainConfig
+    scene: scenes.Scene
+    setup: Setup
+    round: int
+    state: ServerState
+    client_states: ClientStates
+
+
+def restore_run(out: str | Path, at_round: int | None = None) -> RestoredRun:
+    """The run in ``out`` rebuilt from its config, its data (checked against the run's
+    fingerprint) and its checkpoint of round ``at_round`` (default: the last one saved).
+
+    Raises:
+      FileNotFoundError: as :func:`load_run`.
+      ValueError: as :func:`load_checked_scene`.
+      CheckpointError: as :func:`restore_checkpoint`.
+    """
+    c, ckpt, step = load_run(out, at_round)
+    scene = load_checked_scene(c, out)
+    setup = build_setup(c, scene, log=lambda _: None)
+    state, client_states = restore_checkpoint(ckpt, step, setup.state, setup.client_states)
+    return RestoredRun(c, scene, setup, step, state, client_states)
+
+
 def load_checked_scene(c: TrainConfig, out: str | Path) -> scenes.Scene:
     """The scene of the run in ``out`` (resolved config ``c``), loaded again from its data.
 
