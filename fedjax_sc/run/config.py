@@ -436,12 +436,15 @@ def config_diff(saved: dict[str, Any], c: TrainConfig) -> dict[str, tuple[Any, A
     (a run continues, or only its evaluation is redone), and so may the spelling of the data
     folder or files and the table scene's ``label_names``, read from its data (the data
     themselves are compared by their fingerprint,
-    :func:`fedjax_sc.run.rundir.check_resume_data`); a field an older version did not write is
-    compared with its default (what that version did)."""
+    :func:`fedjax_sc.run.rundir.check_resume_data`), and an option the run's algorithm does not
+    read (:func:`fedjax_sc.run.registry.reads`: a FedAvg run is the same whatever FedFusion's
+    operator); a field an older version did not write is compared with its default (what that
+    version did)."""
     ignore = {"rounds", "resume", "overwrite", "out", "ap", "ap_evals", "ap_steps", "data",
               "ap_lr_mult", "ap_mode", "data_dir", "tensorboard", "test_data", "label_names",
               "wandb", "wandb_project", "wandb_mode"}
     defaults = json.loads(json.dumps(dataclasses.asdict(TrainConfig())))
     now = json.loads(json.dumps(dataclasses.asdict(c)))
     return {k: (saved.get(k, defaults[k]), v) for k, v in now.items()
-            if k not in ignore and saved.get(k, defaults[k]) != v}
+            if k not in ignore and registry.reads(c.algorithm, k)
+            and saved.get(k, defaults[k]) != v}

@@ -24,8 +24,8 @@ asp            ASPClassifier, centralised multi-task, adversarial              L
 
 Every model takes the optional FURL user vector (``furl_dim``, Bui et al. 2019). Every
 federated algorithm uploads with the paper's noise (sigma 0.01, Sec. 5.2; ``upload_noise``,
-see :func:`upload_settings`) and can also upload through KTEPS*'s compression (``pca_band``), train its shared leaves with DP-SGD (``dp_clip``, ``dp_noise``) and update
-the server with a FedOpt optimizer (``server_opt``, Reddi et al. 2021).
+see :func:`upload_settings`) and can also upload through KTEPS*'s compression (``pca_band``),
+train its shared leaves with DP-SGD (``dp_clip``, ``dp_noise``) and update the server with a FedOpt optimizer (``server_opt``, Reddi et al. 2021).
 """
 
 from __future__ import annotations
@@ -105,6 +105,27 @@ OPTIONS: dict[str, tuple[Callable, str]] = {
 """The options of :func:`build_algorithm` (the CLI's and ``TrainConfig``'s names) and the
 builder parameter each one sets: its default is that parameter's default, written once, in
 the builder."""
+
+KTEPS_LOSS = ("kteps", "kteps_star", "arch_a", "arch_b", "arch_c")
+READ_BY: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("lambda_kt", "lambda_div", "temperature", "bandwidth"), KTEPS_LOSS),
+    "prox_mu": ("fedprox", "fedprox_kc"),
+    **dict.fromkeys(("mmd_weight", "mmd_kernel"), ("fedmmd",)),
+    **dict.fromkeys(("fusion", "fusion_init", "fusion_private_embedding",
+                     "fusion_gamma_momentum"), ("fedfusion",)),
+    **dict.fromkeys(("kc_clusters", "kc_iterations", "kc_weight"), ("fedavg_kc", "fedprox_kc")),
+    **dict.fromkeys(("asp_adversarial", "asp_orthogonal", "asp_schedule"), ("asp",)),
+}
+"""The options of :data:`OPTIONS` that only some algorithms read, and which: a run of any
+other algorithm is the same run whatever their values (a resume or a store compares only
+what the run's algorithm reads, :func:`fedjax_sc.run.config.config_diff`). An option not
+listed here is read by every algorithm."""
+
+
+def reads(name: str, option: str) -> bool:
+    """Whether algorithm ``name`` reads ``option`` (a field of ``TrainConfig``): False only
+    for an option of :data:`READ_BY` that ``name`` is not listed under."""
+    return name in READ_BY.get(option, (name,))
 
 
 def default(option: str) -> Any:

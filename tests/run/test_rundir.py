@@ -2,6 +2,7 @@
 removes only what a run writes, --resume refuses other data, a failed save names its round,
 a torn metrics line is handled, empty clients are refused or left out of the averages."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -254,3 +255,17 @@ def test_compare_and_probe_refuse_data_that_changed_since_training(tmp_path):
     with pytest.raises(ValueError, match=r"was trained on other data than .*MR\.task\.test "
                                          r"changed"):
         compare(tmp_path / "a", tmp_path / "a", log=_quiet)
+
+
+def test_resume_compares_only_the_options_the_runs_algorithm_reads():
+    from fedjax_sc.run.config import config_diff
+    saved = lambda c: json.loads(json.dumps(dataclasses.asdict(c)))
+    for algorithm, changed, read in (("pfl_da", {"fusion": "conv"}, False),
+                                     ("fedavg", {"asp_schedule": "sum", "prox_mu": 1.0}, False),
+                                     ("fedfusion", {"fusion": "conv"}, True),
+                                     ("fedprox", {"prox_mu": 1.0}, True),
+                                     ("arch_b", {"lambda_kt": 0.5}, True),
+                                     ("pfl_da", {"lr": 0.5}, True)):
+        old = saved(TrainConfig(algorithm=algorithm, **changed))
+        diff = config_diff(old, TrainConfig(algorithm=algorithm))
+        assert bool(diff) == read and (not read or set(diff) == set(changed)), algorithm
