@@ -43,7 +43,7 @@ from fedjax_sc.algorithms.kteps_star import PAPER_SIGMA, private_upload
 from fedjax_sc.core import round as rnd
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.run.config import TrainConfig, load_scene
-from fedjax_sc.run.train import build_setup, load_run, restore_checkpoint
+from fedjax_sc.run.setup import build_setup, restore_run
 
 PATH = tuple(EMBEDDING_TABLE.split("/"))
 MIN_SHARE = 0.1
@@ -116,11 +116,8 @@ def iterate(data_dir: str, bands: list[tuple[int, int]], rounds: int, sigma: flo
 
 def spectrum(runs: list[str]) -> None:
     for out in runs:
-        c, ckpt, step = load_run(out)
-        scene = load_scene(c)
-        setup = build_setup(c, scene, log=lambda _: None)
+        c, scene, setup, step, state, _ = restore_run(out)
         held = _held_rows(client_data(scene.train, local_vocab=True))
-        state, _ = restore_checkpoint(ckpt, step, setup.state, setup.client_states)
         print(f"{out} ({c.algorithm}, band {c.pca_band}, PCA "
               f"{'centred' if c.pca_center else 'uncentred'}), {len(held)} rows held")
         for tag, params in (("initial", setup.state.params), (f"round {step}", state.params)):

@@ -15,12 +15,10 @@ model and client settings), and the change of the output-bias margin.
 """
 
 import argparse
-import json
 from pathlib import Path
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 from flax import traverse_util
 
 from fedjax_sc.core import sharding
@@ -28,18 +26,11 @@ from fedjax_sc.core.feed import ClientFeed
 from fedjax_sc.core.round import ClientStates, build_round
 from fedjax_sc.data.client_data import host_client_data
 from fedjax_sc.run.config import TrainConfig, load_scene
-from fedjax_sc.run.train import build_setup, restore_checkpoint
+from fedjax_sc.run.setup import build_setup, restore_run
 
 
 def auc(run: Path) -> str:
-    saved = json.loads((run / "config.json").read_text())
-    saved = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()}
-    c = TrainConfig(**saved)
-    scene = load_scene(c)
-    setup = build_setup(c, scene, log=lambda s: None)
-    ckpt = ocp.CheckpointManager((run / "checkpoints").resolve())
-    step = ckpt.latest_step()
-    state, _ = restore_checkpoint(ckpt, step, setup.state, setup.client_states)
+    _, scene, setup, step, state, _ = restore_run(run)
     tokens, labels = scene.test.tokens[scene.test.mask], scene.test.labels[scene.test.mask]
     predict = jax.jit(setup.algorithm.global_predict)
     probs = np.concatenate([np.asarray(predict(state.params, tokens[i:i + 400]))

@@ -33,7 +33,7 @@ from fedjax_sc.core import round as rnd
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.vocab import PAD, UNK
 from fedjax_sc.run import rundir
-from fedjax_sc.run.setup import build_setup, load_checked_scene, load_run, restore_checkpoint
+from fedjax_sc.run.setup import restore_run
 
 DEFAULT_TOP_K = (10, 20, 50, 100)
 TABLE_PATH = tuple(EMBEDDING_TABLE.split("/"))
@@ -82,8 +82,7 @@ def probe(out: str | Path, client: str, word: str = "man",
       ValueError: unknown client, word not in the client's vocabulary, no band to probe, or
         the shared params hold no word-embedding table (private embeddings are never sent).
     """
-    c, ckpt, step = load_run(out)
-    scene = load_checked_scene(c, out)
+    c, scene, setup, step, state, client_states = restore_run(out)
     names = list(scene.client_names)
     if client not in names:
         raise ValueError(f"unknown client {client!r}; the run's clients are {names}")
@@ -93,8 +92,6 @@ def probe(out: str | Path, client: str, word: str = "man",
         raise ValueError(f"the run in {out} uploads without PCA; give the bands to probe "
                          f"(--band D1 D2)")
     sigma = c.upload_noise if sigma is None else sigma
-    setup = build_setup(c, scene, log=lambda _: None)
-    state, client_states = restore_checkpoint(ckpt, step, setup.state, setup.client_states)
     if not rnd.has_leaf(state.params, TABLE_PATH):
         raise ValueError(f"{c.algorithm} keeps its word embeddings private: nothing to probe")
     data = client_data(scene.train, local_vocab=c.local_vocab)
