@@ -15,7 +15,10 @@ papers", Sec. 5.2). ``kernel="median"`` is one Gaussian kernel of median-heurist
 whose gradient is 10-30x weaker at the same lambda. lambda = 0 is FedAvg exactly.
 
 ``mmd_penalty(algorithm, weight)`` is the plug-in for any algorithm whose model has a
-``features(tokens)`` method (``TextClassifier``).
+``features(tokens)`` method (``TextClassifier``). On FedAvg's cross-entropy the term reads the
+features the classifier reads (:meth:`~fedjax_sc.algorithms.losses.CrossEntropy.with_feature_term`):
+the local stream's BiGRU runs once per step, forward and backward, and a step costs about a
+quarter more than FedAvg's (the frozen stream's forward pass) instead of twice as much.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import jax
 from fedjax_sc.algorithms import hparams
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
 from fedjax_sc.algorithms.fedavg import fedavg
-from fedjax_sc.algorithms.losses import MMD_KERNELS, mmd
+from fedjax_sc.algorithms.losses import MMD_KERNELS, CrossEntropy, mmd
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 
 DEFAULT_WEIGHT = 0.1
@@ -62,13 +65,21 @@ def mmd_penalty(algorithm: Algorithm, weight: float = DEFAULT_WEIGHT,
                          f"{type(model).__name__}")
     base = algorithm.client_loss
 
+    def term(params: Params, local: jax.Array, batch: Batch, start: ClientStart):
+        frozen = jax.lax.stop_gradient(
+            model.apply({"params": start.params}, batch.tokens, method=model.features))
+        value = mmd(local, frozen, batch.mask, bandwidth, kernel)
+        return weight * value, {"mmd": value}
+
+    if isinstance(base, CrossEntropy) and base.model is model and hasattr(model, "head"):
+        # the features the cross-entropy's head reads: the BiGRU runs once for both
+        return algorithm._replace(client_loss=base.with_feature_term(term))
+
     def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
         value, aux = base(params, batch, rng, start)
         local = model.apply({"params": params}, batch.tokens, method=model.features)
-        frozen = jax.lax.stop_gradient(
-            model.apply({"params": start.params}, batch.tokens, method=model.features))
-        term = mmd(local, frozen, batch.mask, bandwidth, kernel)
-        return value + weight * term, {**aux, "mmd": term}
+        extra, extra_aux = term(params, local, batch, start)
+        return value + extra, {**aux, **extra_aux}
 
     return algorithm._replace(client_loss=loss)
 

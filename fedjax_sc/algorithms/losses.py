@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_sc.algorithms.base import Batch, ClientLoss, ClientStart, Params
+from fedjax_sc.algorithms.base import Batch, ClientStart, Params
 
 
 def masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
@@ -19,24 +22,74 @@ def masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.sum(values * m) / jnp.maximum(jnp.sum(m), 1.0)
 
 
-def cross_entropy(model: nn.Module) -> ClientLoss:
+FeatureTerm = Callable[[Params, jax.Array, Batch, ClientStart],
+                       tuple[jax.Array, dict[str, jax.Array]]]
+"""``term(params, features, batch, start) -> (scalar, aux)``: a loss term on the pooled
+features float ``[batch, f]`` the classifier reads (FedMMD's MMD), added to the
+cross-entropy by :meth:`CrossEntropy.with_feature_term`."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity, as a function is
+class CrossEntropy:
+    """Softmax cross-entropy of ``model``'s logits, averaged over the real rows (Eq. 5), plus
+    any terms on the pooled features it computed them from.
+
+    A :data:`ClientLoss`: ``loss(params, batch, rng, start) -> (scalar, aux)``, aux holding
+    ``accuracy`` on the batch's real rows and each term's own entries. Without terms the
+    logits are ``model.apply(params, tokens)``; with terms they are ``model.head`` of
+    ``model.features``, computed once and read by the head and every term (a plug-in that
+    called the model again would run the BiGRU and its backward pass twice).
+
+    Attributes:
+      model: a module whose ``apply({"params": p}, tokens)`` returns logits ``[batch, C]``;
+        with terms, one that also has ``features(tokens)`` and ``head(features)``
+        (``TextClassifier``).
+      terms: :data:`FeatureTerm` s added to the cross-entropy, in order.
+    """
+
+    model: nn.Module
+    terms: tuple[FeatureTerm, ...] = ()
+
+    def with_feature_term(self, term: FeatureTerm) -> CrossEntropy:
+        """This loss with ``term`` added.
+
+        Raises:
+          ValueError: the model has no ``features`` / ``head`` methods.
+        """
+        if not (hasattr(self.model, "features") and hasattr(self.model, "head")):
+            raise ValueError(f"a feature term needs a model with features() and head(), got "
+                             f"{type(self.model).__name__}")
+        return dataclasses.replace(self, terms=self.terms + (term,))
+
+    def __call__(self, params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
+        del rng  # deterministic model: no dropout in the paper's architecture
+        model, variables = self.model, {"params": params}
+        if self.terms:
+            features = model.apply(variables, batch.tokens, method=model.features)
+            logits = model.apply(variables, features, method=model.head)
+        else:
+            logits = model.apply(variables, batch.tokens)
+        per_example = optax.softmax_cross_entropy_with_integer_labels(logits, batch.labels)
+        correct = (jnp.argmax(logits, -1) == batch.labels).astype(jnp.float32)
+        value = masked_mean(per_example, batch.mask)
+        aux = {"accuracy": masked_mean(correct, batch.mask)}
+        for term in self.terms:
+            extra, extra_aux = term(params, features, batch, start)
+            value, aux = value + extra, {**aux, **extra_aux}
+        return value, aux
+
+
+def cross_entropy(model: nn.Module) -> CrossEntropy:
     """Softmax cross-entropy of ``model``'s logits, averaged over the real rows (Eq. 5).
 
     Args:
       model: a module whose ``apply({"params": p}, tokens)`` returns logits ``[batch, C]``.
 
     Returns:
-      A :data:`ClientLoss`; its aux dict holds ``accuracy`` on the batch's real rows.
+      A :class:`CrossEntropy` (a :data:`ClientLoss`); its aux dict holds ``accuracy`` on the
+      batch's real rows.
     """
-
-    def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
-        del rng, start  # deterministic model: no dropout in the paper's architecture
-        logits = model.apply({"params": params}, batch.tokens)
-        per_example = optax.softmax_cross_entropy_with_integer_labels(logits, batch.labels)
-        correct = (jnp.argmax(logits, -1) == batch.labels).astype(jnp.float32)
-        return masked_mean(per_example, batch.mask), {"accuracy": masked_mean(correct, batch.mask)}
-
-    return loss
+    return CrossEntropy(model)
 
 
 def _pairwise_sq_distances(x: jax.Array) -> jax.Array:

@@ -16,10 +16,10 @@ from fedjax_sc.algorithms.base import Batch, ClientStart
 from fedjax_sc.algorithms.copies import freeze, make_copies
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.fedfusion import fedfusion
-from fedjax_sc.algorithms.fedmmd import fedmmd
+from fedjax_sc.algorithms.fedmmd import fedmmd, mmd_penalty
 from fedjax_sc.algorithms.fedprox import fedprox, squared_distance
 from fedjax_sc.algorithms.indiv import indiv
-from fedjax_sc.algorithms.losses import MULTI_KERNEL_VARIANCES, mmd
+from fedjax_sc.algorithms.losses import MULTI_KERNEL_VARIANCES, CrossEntropy, mmd
 from fedjax_sc.core import communication
 from fedjax_sc.core import round as rnd
 from fedjax_sc.data.client_data import client_data
@@ -48,6 +48,24 @@ def _run(algorithm, scene, params, rounds=1, data=None, builder=rnd.build_round)
     for _ in range(rounds):
         state, clients, metrics = step(state, clients, data, jax.random.key(3))
     return state, clients, metrics
+
+
+def test_fedmmd_reads_the_features_of_its_cross_entropy_as_the_generic_plug_in_recomputes_them(
+        model, params):
+    fused = fedmmd(model, 0.1, weight=0.5)
+    assert isinstance(fused.client_loss, CrossEntropy)  # the BiGRU runs once per step
+    plain = fedavg(model, 0.1)
+    generic = mmd_penalty(plain._replace(client_loss=lambda *a: plain.client_loss(*a)), 0.5)
+    assert not isinstance(generic.client_loss, CrossEntropy)
+    tokens = jax.random.randint(jax.random.key(1), (5, 7), 2, model.vocab_size)
+    batch = Batch(tokens, jnp.array([0, 1, 1, 0, 1]), jnp.array([True] * 4 + [False]))
+    start = ClientStart(jax.tree.map(lambda x: x * 0.9, params))
+    grad = lambda a: jax.value_and_grad(
+        lambda p: a.client_loss(p, batch, jax.random.key(0), start), has_aux=True)(params)
+    (v1, aux1), g1 = grad(fused)
+    (v2, aux2), g2 = grad(generic)
+    assert aux1["mmd"] > 0 and set(aux1) == set(aux2)
+    chex.assert_trees_all_close((v1, aux1, g1), (v2, aux2, g2), rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("build", [lambda m: fedprox(m, 0.1, mu=0.0),
