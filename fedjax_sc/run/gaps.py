@@ -27,8 +27,8 @@ THRESHOLD = 2.0
 SOURCES = (("Ag", "table2", paper.TABLE2), ("Ap", "table3", paper.TABLE3))
 
 
-def cell_gaps(method: str, scene: str, clients: Sequence[str], reports: Sequence[dict]
-              ) -> list[dict[str, Any]]:
+def cell_gaps(method: str, scene: str, clients: Sequence[str], reports: Sequence[dict],
+              metrics: Sequence[str] = ("Ag", "Ap")) -> list[dict[str, Any]]:
     """Every Table 2-3 cell of ``method`` that both we and the paper have.
 
     Args:
@@ -36,6 +36,7 @@ def cell_gaps(method: str, scene: str, clients: Sequence[str], reports: Sequence
       scene: ``fdu`` or ``iyy`` (the paper's tables).
       clients: the client names of the runs (the rows; ``Avg`` is added).
       reports: the finished runs' ``report.json`` contents, one per seed.
+      metrics: which of ``Ag`` (Table 2) and ``Ap`` (Table 3).
 
     Returns:
       One dict per cell: ``metric`` (``Ag``/``Ap``), ``client`` (or ``Avg``), ``ours``
@@ -44,6 +45,8 @@ def cell_gaps(method: str, scene: str, clients: Sequence[str], reports: Sequence
     """
     cells = []
     for metric, table, source in SOURCES:
+        if metric not in metrics:
+            continue
         theirs = source.get(scene, {}).get(method, {})
         for client in [*clients, "Avg"]:
             values = [client_metric(table, method, client)(r) for r in reports]
@@ -100,10 +103,10 @@ def paper_pair_spread(scene: str, within: float = 0.5) -> dict[str, Any] | None:
 
 
 def gap_section(order: Sequence[str], seeds: Sequence[int], reports: dict, scene: str,
-                clients: Sequence[str]) -> list[str]:
+                clients: Sequence[str], metrics: Sequence[str] = ("Ag", "Ap")) -> list[str]:
     """Markdown lines: per finished method and over all of them, the gaps of the averages
-    and of the per-client cells (:func:`summarise`). Methods with no finished seed are left
-    out (named)."""
+    and of the per-client cells (:func:`summarise`) of ``metrics``. Methods with no finished
+    seed are left out (named)."""
     fmt = lambda v, signed=False: "n/a" if v is None else (f"{v:+.2f}" if signed else f"{v:.2f}")
     head = ["| method | seeds | Avg cells: gaps | per-client cells | mean abs gap | "
             f"over {THRESHOLD:g} | mean gap | seeds' std |", "|---|---:|---|---:|---:|---:|---:|---:|"]
@@ -113,7 +116,7 @@ def gap_section(order: Sequence[str], seeds: Sequence[int], reports: dict, scene
         if not done:
             left_out.append(m)
             continue
-        cells = cell_gaps(m, scene, clients, done)
+        cells = cell_gaps(m, scene, clients, done, metrics)
         avg = ", ".join(f"{c['metric']} {c['gap']:+.1f}" for c in cells if c["client"] == "Avg")
         per = summarise([c for c in cells if c["client"] != "Avg"])
         every += cells
@@ -129,8 +132,8 @@ def gap_section(order: Sequence[str], seeds: Sequence[int], reports: dict, scene
                  f"{avg['over']} over {THRESHOLD:g} | {per['n']} | {fmt(per['mean_abs'])} | "
                  f"{per['over']} | {fmt(per['bias'], True)} | {fmt(per['seed_std'])} |")
     text = ["## Gaps to the paper (points; ours - paper)", "", *head, *lines, "",
-            f"Over all {both['n']} cells (averages and per-client, Ag and Ap): mean absolute "
-            f"gap {fmt(both['mean_abs'])}, {both['over']} over {THRESHOLD:g}. A per-client "
+            f"Over all {both['n']} cells (averages and per-client, {' and '.join(metrics)}): "
+            f"mean absolute gap {fmt(both['mean_abs'])}, {both['over']} over {THRESHOLD:g}. A per-client "
             "cell rests on one client's test set and one training run; the seeds' std is the "
             "spread of our own seeds on the same cells."]
     spread = paper_pair_spread(scene)

@@ -10,7 +10,8 @@ too (the rounds done so far), so progress can be committed while a run goes on.
 ``fedjax-sc results render`` reads such a folder and writes ``<dest>/<scene>/<table>.md``:
 ours beside the paper's figures per client and on average (Tables 2-3: Ag, the paper's
 Table 2, and Ap, its Table 3, from the same runs, and the gaps summarised by
-:mod:`fedjax_sc.run.gaps`), the Ag curve every 10 rounds with the seconds per round, and ``<table>-convergence.png`` (Fig. 4: Ag per round, then Ap_t).
+:mod:`fedjax_sc.run.gaps`; ``--table table2`` gives the Ag half, from Table 3's exports when
+Table 2 has none of its own), the Ag curve every 10 rounds with the seconds per round, and ``<table>-convergence.png`` (Fig. 4: Ag per round, then Ap_t).
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ from fedjax_sc.run.reproduce import (
 
 SMALL_FILES = ("config.json", "metrics.jsonl", "report.json", "report.md")
 """What a run keeps in the repository (no checkpoints, no vocabulary)."""
+
+RUNS_OF = {"table2": "table3"}
+"""Tables rendered from another table's exported runs when they have none of their own:
+``reproduce table2`` trains a subset of ``table3``'s runs (the same names in the same store),
+and Table 2 reads their global model's Ag."""
 
 
 def results_dir(dest: str | Path, scene: str, table: str, run: str, seed: int) -> Path:
@@ -109,9 +115,14 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
     if table not in TABLES:
         raise ValueError(f"unknown table {table!r}; choose from {TABLES}")
     dest = Path(dest)
-    runs = _runs(dest, scene, table)
+    runs, lender = _runs(dest, scene, table), None
+    if not runs and table in RUNS_OF:  # Table 2 reads the Ag of Table 3's runs
+        lender = RUNS_OF[table]
+        runs = {k: v for k, v in _runs(dest, scene, lender).items()
+                if k[0] in TABLE23_METHODS[table]}
     if not runs:
-        raise ValueError(f"no exported run in {dest / scene / table}")
+        raise ValueError(f"no exported run in {dest / scene / table}"
+                         + (f" nor {dest / scene / lender}" if lender else ""))
     seeds = sorted({s for _, s in runs})
     configs = {k: rundir.read_json(v / "config.json") for k, v in runs.items()}
     reports = {k: rundir.read_json(v / "report.json") for k, v in runs.items()
@@ -120,15 +131,18 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
     c = next(iter(configs.values()))
     if table in TABLE23_METHODS:
         order = [m for m in TABLE23_METHODS[table] if any(k[0] == m for k in runs)]
+        keys = ("Ag",) if table == "table2" else ("Ag", "Ap")
         lines = [f"# {table.capitalize()} on {scene}: ours beside the paper's figures", "",
-                 summary_table(order, seeds, reports, rows, c["rounds"], scene), "",
+                 summary_table(order, seeds, reports, rows, c["rounds"], scene, keys), "",
                  _settings_line(c, seeds, table, scene, dest), "",
+                 *([f"The runs are Table {lender[5:]}'s (`{dest / scene / lender}`): the same "
+                    "training, read for the global model's accuracy.", ""] if lender else []),
                  _noise_line(order, seeds, configs), "",
-                 *_per_client(order, seeds, reports, rows, c["rounds"], scene)]
+                 *_per_client(order, seeds, reports, rows, c["rounds"], scene, keys)]
         if table == "table3":
             lines += _ap_modes(order, seeds, reports)
         names = [r["client"] for r in next(iter(reports.values()))["clients"]] if reports else []
-        lines += gaps.gap_section(order, seeds, reports, scene, names)
+        lines += gaps.gap_section(order, seeds, reports, scene, names, keys)
     else:
         planned, cells = plan(table, scene, c["embed_dim"])
         order = [r.name for r in planned if any(k[0] == r.name for k in runs)]
@@ -140,7 +154,9 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
     lines += _by_round(order, seeds, reports, rows, c["rounds"])
     text = "\n".join(lines) + "\n"
     target = dest / scene / f"{table}.md"
-    if plots:
+    if plots and lender:  # the lending table's figure: the same runs
+        text += f"\n![Ag per round, then Ap_t]({lender}-convergence.png)\n"
+    elif plots:
         try:
             from fedjax_sc.run import plots as plots_lib
             first = seeds[0]
@@ -182,8 +198,8 @@ def _noise_line(order: Sequence[str], seeds: Sequence[int], configs: dict) -> st
 
 
 def _per_client(order: Sequence[str], seeds: Sequence[int], reports: dict, rows: dict,
-                rounds: int, scene: str) -> list[str]:
-    """Tables 2-3: Ag^k and Ap^k per client, ours (paper)."""
+                rounds: int, scene: str, keys: Sequence[str] = ("Ag", "Ap")) -> list[str]:
+    """Tables 2-3: Ag^k and Ap^k (``keys``) per client, ours (paper)."""
     clients = [r["client"] for r in (next(iter(reports.values()))["clients"] if reports else
                                      [])] or list(paper.TABLE2.get(scene, {}).get("fedavg", {}))
     clients = [x for x in clients if x != "Avg"] + ["Avg"]
@@ -194,6 +210,8 @@ def _per_client(order: Sequence[str], seeds: Sequence[int], reports: dict, rows:
     lines = []
     for key, title, source in (("Ag", "Ag^k and Ag (paper: Table 2)", paper.TABLE2),
                                ("Ap", "Ap^k and Ap (paper: Table 3)", paper.TABLE3)):
+        if key not in keys:
+            continue
         lines += [f"## {title}", "", "| client | " + " | ".join(heads) + " |",
                   "|---|" + "---:|" * len(order)]
         for client in clients:
@@ -269,19 +287,18 @@ def _by_round(order: Sequence[str], seeds: Sequence[int], reports: dict, rows: d
 
 
 def summary_table(order: Sequence[str], seeds: Sequence[int], reports: dict, rows: dict,
-                  rounds: int, scene: str) -> str:
-    """The averages only: per method, rounds done, Ag and Ap (ours, mean over finished seeds)
-    beside the paper's Tables 2-3 (the README's results table)."""
-    lines = ["| method | rounds | Ag | Ag, paper | Ap | Ap, paper |",
-             "|---|---:|---:|---:|---:|---:|"]
+                  rounds: int, scene: str, keys: Sequence[str] = ("Ag", "Ap")) -> str:
+    """The averages only: per method, rounds done, Ag and Ap (``keys``; ours, mean over
+    finished seeds) beside the paper's Tables 2-3 (the README's results table)."""
+    source = {"Ag": paper.TABLE2, "Ap": paper.TABLE3}
+    lines = ["| method | rounds | " + " | ".join(f"{k} | {k}, paper" for k in keys) + " |",
+             "|---|---:|" + "---:|---:|" * len(keys)]
+    fmt = lambda v: "n/a" if v is None else f"{v}"
     for m in order:
         done = max(len(rows.get((m, s), [])) for s in seeds)
-        cells = [_ours(m, "Avg", key, seeds, reports, rows, ["Avg"]) for key in ("Ag", "Ap")]
-        theirs = [source.get(scene, {}).get(m, {}).get("Avg") for source in
-                  (paper.TABLE2, paper.TABLE3)]
-        fmt = lambda v: "n/a" if v is None else f"{v}"
-        lines.append(f"| {m} | {done} / {rounds} | {cells[0]} | {fmt(theirs[0])} | "
-                     f"{cells[1]} | {fmt(theirs[1])} |")
+        cells = [f"{_ours(m, 'Avg', k, seeds, reports, rows, ['Avg'])} | "
+                 f"{fmt(source[k].get(scene, {}).get(m, {}).get('Avg'))}" for k in keys]
+        lines.append(f"| {m} | {done} / {rounds} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -39,6 +39,15 @@ def test_export_keeps_small_files_and_render_needs_nothing_else(tmp_path, capsys
     assert main(["results", "render", "--table", "table3", "--scene", "synthetic",
                  "--dest", str(dest), "--no-plots"]) == 0
     assert (dest / "synthetic" / "table3.md").read_text() == md
+    # Table 2 (the global models' Ag) is rendered from Table 3's runs: FedPer has no Ag
+    assert main(["results", "render", "--table", "table2", "--scene", "synthetic",
+                 "--dest", str(dest), "--no-plots"]) == 0
+    t2 = (dest / "synthetic" / "table2.md").read_text()
+    assert "## Ag^k and Ag (paper: Table 2)" in t2 and "Ap^k" not in t2
+    assert t2.splitlines()[2] == "| method | rounds | Ag | Ag, paper |"
+    assert [x.split(" | ")[0] for x in t2.splitlines()[4:6]] == ["| fedavg", "| pfl_da"]
+    assert f"| {100 * report['Ag']:.1f} |" in t2
+    assert "The runs are Table 3's" in t2 and not (dest / "synthetic" / "table2").exists()
 
 
 def test_a_running_run_is_exported_with_its_rounds_so_far(tmp_path, capsys):
