@@ -119,7 +119,8 @@ READ_BY: dict[str, tuple[str, ...]] = {
 """The options of :data:`OPTIONS` that only some algorithms read, and which: a run of any
 other algorithm is the same run whatever their values (a resume or a store compares only
 what the run's algorithm reads, :func:`fedjax_sc.run.config.config_diff`). An option not
-listed here is read by every algorithm."""
+listed here is read by every algorithm. :func:`build_algorithm` sees only the options its
+algorithm reads by this table, so a builder that reads another fails loudly."""
 
 
 def reads(name: str, option: str) -> bool:
@@ -185,7 +186,9 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise ValueError(f"unknown options {unknown}; known: {sorted(OPTIONS)}")
-    o = {k: options[k] if k in options else default(k) for k in OPTIONS}
+    # only what READ_BY says the algorithm reads: reading any other option is a KeyError, so
+    # the table that resume and the stores compare by cannot drift from what is built here
+    o = {k: options[k] if k in options else default(k) for k in OPTIONS if reads(name, k)}
     dims: dict[str, Any] = dict(vocab_size=vocab_size, embed_dim=embed_dim, hidden=o["hidden"],
                                 mlp_hidden=o["mlp_hidden"], num_classes=num_classes,
                                 furl_dim=o["furl_dim"], dtype=o["dtype"])

@@ -269,3 +269,13 @@ def test_resume_compares_only_the_options_the_runs_algorithm_reads():
         old = saved(TrainConfig(algorithm=algorithm, **changed))
         diff = config_diff(old, TrainConfig(algorithm=algorithm))
         assert bool(diff) == read and (not read or set(diff) == set(changed)), algorithm
+
+
+@pytest.mark.parametrize("name", __import__("fedjax_sc.run.registry",
+                                            fromlist=["ALGORITHMS"]).ALGORITHMS)
+def test_every_algorithm_builds_from_only_the_options_it_is_said_to_read(name):
+    # build_algorithm hands a builder only the options registry.READ_BY grants its algorithm
+    # (a KeyError otherwise), so what resume compares is what the build reads
+    from fedjax_sc.run.registry import build_algorithm
+    alg = build_algorithm(name, vocab_size=12, num_classes=2, embed_dim=4, num_clients=2)
+    assert alg.name == name
