@@ -27,7 +27,9 @@ draws from its own subset of ``--local-vocab`` words, like FDU's V^k (6k-17k wor
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -177,10 +179,10 @@ def time_round(args, name: str, data) -> float:
     return steps / seconds
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_shape_arguments(p: argparse.ArgumentParser, examples: int) -> None:
+    """The round's shapes, the paper's FDU ones by default (d 200 as its GloVe)."""
     p.add_argument("--clients", type=int, default=16)
-    p.add_argument("--examples", type=int, default=80, help="train examples per client")
+    p.add_argument("--examples", type=int, default=examples, help="train examples per client")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--max-len", type=int, default=200)
     p.add_argument("--embed-dim", type=int, default=200)
@@ -189,6 +191,11 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=50_002)
     p.add_argument("--local-vocab", type=int, default=12_000)
     p.add_argument("--local-epochs", type=int, default=2)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_shape_arguments(p, examples=80)
     p.add_argument("--rounds", type=int, default=2, help="timed rounds after compilation")
     p.add_argument("--dense-embedding", action="store_true")
     p.add_argument("--algorithm", nargs="+", default=["fedavg"], choices=ALGORITHMS,
@@ -206,9 +213,12 @@ def main() -> None:
                    "an accelerator, none on a CPU)")
     p.add_argument("--sweep-examples", type=int, default=16,
                    help="train examples per client in the sweep")
+    p.add_argument("--json", help="also write every figure of this run here")
     args = p.parse_args()
 
     device = jax.devices()[0]
+    figures: dict = {"device": device.device_kind, "platform": device.platform,
+                     "jax": jax.__version__, "settings": dict(vars(args))}
     print(f"jax {jax.__version__} on {device.platform} ({device.device_kind}) x "
           f"{jax.device_count()}; {args.clients} clients, batch {args.batch}, L {args.max_len}, "
           f"d {args.embed_dim}, hidden {args.hidden}, V {args.vocab}, {args.dtype[0]}, "
@@ -222,14 +232,16 @@ def main() -> None:
     for name, rate in rates.items():
         print(f"{name}: {rate / rates[first]:.2f}x the client-steps/s of {first} (same run)")
     rate = rates[first]
+    figures.update(vmapped=rates, peak_bytes=peak_bytes(device))
     for dtype in dtypes[1:]:
         args.dtype = dtype
         other = time_round(args, first, data)
+        figures.setdefault("dtype", {})[dtype] = other
         print(f"{first} in {dtype}: {other / rate:.2f}x the client-steps/s of {dtypes[0]} "
               f"(same run)")
     args.dtype = dtypes[0]
     if args.loop:
-        loop = time_client_loop(args, first, data)
+        loop = figures["one_client_loop"] = time_client_loop(args, first, data)
         print(f"vmapped round / one-client jit loop: {rate / loop:.2f}x (same code, same run)")
     sweep = args.sweep if args.sweep is not None else (
         [] if device.platform == "cpu" else [16, 64, 256])
@@ -238,16 +250,32 @@ def main() -> None:
                                   args.local_vocab, seed=1)
         r = time_round(args, first, client_data(arrays, local_vocab=not args.dense_embedding))
         print(f"sweep: M = {m} clients per round -> {r:.1f} client-steps/s")
-    if first not in SINGLE_BRANCH:
+        figures.setdefault("sweep", {})[m] = r
+    if first in SINGLE_BRANCH:
+        reference(args, rate, figures)
+    else:
         print("FLOP figures and the PyTorch reference describe one-branch models only")
-        return
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+        print(f"figures -> {args.json}")
+
+
+def peak_bytes(device) -> int | None:
+    """The device's peak memory in use so far (GPU/TPU), or None where it reports none."""
+    return (device.memory_stats() or {}).get("peak_bytes_in_use")
+
+
+def reference(args, rate: float, figures: dict) -> None:
+    """The FLOP figures and the PyTorch loop beside the vmapped round's ``rate``."""
     flops = model_flops_per_step(args.batch, args.max_len, args.embed_dim, args.hidden,
                                  args.mlp_hidden, 2)
     peak = matmul_flops()
     print(f"model: {flops / 1e9:.2f} GFLOP per client-step -> {rate * flops / 1e9:.1f} GFLOP/s")
     print(f"large f32 matmul: {peak / 1e9:.1f} GFLOP/s -> model/matmul ratio "
           f"{rate * flops / peak:.2f}")
+    figures.update(model_gflop_per_step=flops / 1e9, matmul_gflops=peak / 1e9)
     ref = torch_reference(args, args.torch_steps) if args.torch_steps > 0 else None
+    figures["pytorch_loop"] = ref
     if args.torch_steps <= 0:
         print("PyTorch reference skipped (--torch-steps 0)")
     elif ref is None:
