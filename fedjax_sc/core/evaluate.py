@@ -217,28 +217,34 @@ def _params_axis(stacked_params):
 
 def paired_ag_difference(hits_a: Any, hits_b: Any, mask: Any, resamples: int = 10_000,
                          seed: int = 0, level: float = 0.95) -> dict[str, Any]:
-    """Ag(A) - Ag(B) of two models on the same test examples, with a paired, per-client
-    (stratified) bootstrap confidence interval.
+    """Ag(A) - Ag(B) of two models (or two methods over paired training seeds) on the same
+    test examples, with a paired, per-client (stratified) bootstrap confidence interval.
 
     Ag is the unweighted mean over clients of each client's accuracy (Li et al. 2021,
     Eq. 14-15), so each bootstrap draw resamples every client's test examples with
     replacement (the same draw for both models: the pairing) and recomputes the mean of the
-    per-client differences. The interval measures how much the gap could move with another
-    test sample of the same size; it says nothing of the spread over training seeds.
+    per-client differences. With one model a side the interval measures how much the gap
+    could move with another test sample of the same size, not the spread over training seeds.
+    With S seeds a side (A's seed s paired with B's seed s), the difference is the mean over
+    the seeds and each draw also resamples the S seed pairs with replacement (the same test
+    draw for every seed: the test set is one), so the interval holds both the training
+    seeds' spread and the test sample's noise: a two-level bootstrap.
 
     Args:
-      hits_a, hits_b: bool ``[K, n]``, True where the model classifies client k's test
-        example i correctly (:func:`make_example_hits`).
+      hits_a, hits_b: bool ``[K, n]`` (one model a side) or ``[S, K, n]`` (S seeds a side,
+        paired by index), True where the model classifies client k's test example i
+        correctly (:func:`make_example_hits`).
       mask: bool ``[K, n]``, True at real examples. Clients without any are left out.
       resamples: bootstrap draws.
       seed: the NumPy seed of the draws.
       level: the two-sided coverage of the interval.
 
     Returns:
-      ``{"diff": float, "low": float, "high": float, "per_client": float [K] (NaN where no
-      test example), "wins": int (clients where A is ahead), "losses": int, "ties": int,
-      "disagree": int (examples exactly one model gets right), "resamples", "level"}``;
-      differences are fractions (multiply by 100 for points).
+      ``{"diff": float, "low": float, "high": float, "per_client": float [K] (mean over
+      seeds; NaN where no test example), "per_seed": float [S] (each pair's difference),
+      "wins": int (clients where A is ahead), "losses": int, "ties": int, "disagree": int
+      (examples exactly one model gets right, summed over the seeds), "resamples",
+      "level"}``; differences are fractions (multiply by 100 for points).
 
     Raises:
       ValueError: if the shapes differ, no client has a test example, ``resamples`` < 1 or
@@ -246,29 +252,38 @@ def paired_ag_difference(hits_a: Any, hits_b: Any, mask: Any, resamples: int = 1
     """
     check_bootstrap(resamples, level)
     a, b, m = (np.asarray(x, dtype=bool) for x in (hits_a, hits_b, mask))
-    if not a.shape == b.shape == m.shape or a.ndim != 2:
-        raise ValueError(f"hits and mask must share one [K, n] shape, got {a.shape}, "
-                         f"{b.shape}, {m.shape}")
+    a, b = (x[None] if x.ndim == 2 else x for x in (a, b))
+    if not a.shape == b.shape or a.shape[1:] != m.shape or a.ndim != 3:
+        raise ValueError(f"hits must share one [K, n] or [S, K, n] shape and mask be [K, n], "
+                         f"got {np.shape(hits_a)}, {np.shape(hits_b)}, {m.shape}")
     counts = m.sum(1)
     if not counts.any():
         raise ValueError("no client has a test example")
-    delta = (a & m).astype(np.float64) - (b & m).astype(np.float64)
-    per_client = np.where(counts > 0, delta.sum(1) / np.maximum(counts, 1), np.nan)
+    pairs = a.shape[0]
+    delta = (a & m).astype(np.float64) - (b & m).astype(np.float64)  # [S, K, n]
+    per_seed_client = np.where(counts > 0, delta.sum(2) / np.maximum(counts, 1), np.nan)
+    per_client = per_seed_client.mean(0)
     rng = np.random.default_rng(seed)
     draws = np.zeros(resamples)
     real = np.flatnonzero(counts)
+    # the seed pairs of each draw (none drawn for one pair: the one-model draws unchanged)
+    picks = (rng.integers(0, pairs, size=(resamples, pairs)) if pairs > 1 else
+             np.zeros((resamples, 1), np.int64))
     for k in real:
-        d = delta[k][m[k]]
-        step = max(1, 2**22 // d.size)  # draws per batch: about 32 MiB of indices
+        d = delta[:, k, m[k]]  # [S, n_k]
+        step = max(1, 2**22 // (d.size))  # draws per batch: about 32 MiB of indices
         for lo in range(0, resamples, step):
             rows = min(step, resamples - lo)
-            draws[lo:lo + rows] += d[rng.integers(0, d.size, size=(rows, d.size))].mean(1)
+            means = d[:, rng.integers(0, d.shape[1], size=(rows, d.shape[1]))].mean(2)
+            draws[lo:lo + rows] += np.take_along_axis(means.T, picks[lo:lo + rows], 1).mean(1)
     draws /= real.size
     tail = (1.0 - level) / 2
     low, high = np.quantile(draws, [tail, 1.0 - tail])
     ahead = per_client[real]
     return {"diff": float(np.nanmean(per_client)), "low": float(low), "high": float(high),
-            "per_client": per_client, "wins": int((ahead > 0).sum()),
+            "per_client": per_client,
+            "per_seed": [float(np.nanmean(x)) for x in per_seed_client],
+            "wins": int((ahead > 0).sum()),
             "losses": int((ahead < 0).sum()), "ties": int((ahead == 0).sum()),
             "disagree": int(np.abs(delta).sum()), "resamples": resamples, "level": level}
 

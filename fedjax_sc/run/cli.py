@@ -97,11 +97,15 @@ def _parser() -> argparse.ArgumentParser:
         description="Restores each run's checkpoint, records which test examples each model "
         "classifies correctly and prints Ag(A) - Ag(B) with a paired, per-client bootstrap "
         "interval (test-sample noise only, not the spread over seeds), the per-client "
-        "differences and how many clients each model leads on.",
+        "differences and how many clients each model leads on. Given two folders of seed "
+        "runs, the seeds are paired by name, the difference is their mean and the interval "
+        "resamples the seed pairs too (both sources of chance).",
         formatter_class=_HelpFormatter)
     m.add_argument("run_a", help="a run directory (fedjax-sc train --out, or a reproduce "
-                   "store's <scene>/<method>/seed-<s>)")
-    m.add_argument("run_b", help="another run directory on the same clients and test data")
+                   "store's <scene>/<method>/seed-<s>), or a folder of seed-<s> runs (a "
+                   "store's <scene>/<method>)")
+    m.add_argument("run_b", help="another run directory (or folder of seed runs, the same "
+                   "seeds) on the same clients and test data")
     m.add_argument("--personal", action="store_true",
                    help="compare the personalised models before fine-tuning (shared + "
                    "private leaves), e.g. for FedPer (default: off, the global models)")

@@ -8,6 +8,11 @@ per-client bootstrap interval (:func:`fedjax_sc.core.evaluate.paired_ag_differen
 per-client differences and how many clients each model leads on. Ag^k and Ag are as in Li et
 al. 2021, "Preliminary Steps Towards Federated Sentiment Classification", Eq. 14-15.
 
+Whether one method beats another is a question about training seeds as well: given two
+folders of seed runs (``<store>/<scene>/<method>/seed-<s>``), the seeds are paired by name,
+the difference is the mean over the pairs and the interval resamples the pairs as well as
+the test examples (a two-level bootstrap), so it holds both sources of chance.
+
 The models compared are the global ones (Ag) by default; ``personal=True`` compares the
 personalised models before fine-tuning (shared leaves + each client's private leaves, the
 run's Ap mode), the only choice for a method without a global model (FedPer, LG-FedAvg,
@@ -78,15 +83,39 @@ def run_hits(out: str | Path, personal: bool = False, at_round: int | None = Non
             "mask": np.asarray(test.mask), "labels": np.asarray(test.labels)}
 
 
+def seed_runs(path: str | Path) -> dict[str, Path]:
+    """The runs under ``path``: ``{"": path}`` for a run directory, or ``{"seed-0": ...,
+    "seed-1": ...}`` for a folder of seed runs (a ``reproduce`` store's
+    ``<scene>/<method>/``), in seed order.
+
+    Raises:
+      FileNotFoundError: ``path`` is neither a run directory nor holds ``seed-<s>`` runs.
+    """
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return {"": path}
+    seeds = sorted((p for p in path.glob("seed-*") if (p / "config.json").is_file()
+                    and p.name[5:].isdigit()), key=lambda p: int(p.name[5:]))
+    if not seeds:
+        raise FileNotFoundError(f"{path}: not a run directory (no config.json) and no "
+                                f"seed-<s>/ runs in it")
+    return {p.name: p for p in seeds}
+
+
 def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
             at_round: int | None = None, resamples: int = 10_000, seed: int = 0,
             level: float = 0.95, json_path: str | Path | None = None,
             log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Ag(A) - Ag(B) of two runs on the same test examples, with its paired bootstrap
-    interval and the per-client differences (see the module docstring).
+    """Ag(A) - Ag(B) of two runs, or of two methods over paired seeds, on the same test
+    examples, with its paired bootstrap interval and the per-client differences (see the
+    module docstring).
 
     Args:
-      run_a, run_b: run directories; both must have the same clients and test examples.
+      run_a, run_b: run directories, or folders of seed runs (``<store>/<scene>/<method>``:
+        A's ``seed-s`` is paired with B's; the difference is the mean over the pairs and the
+        interval resamples the pairs as well as the test examples,
+        :func:`paired_ag_difference`). Every run must have the same clients and test
+        examples.
       personal: compare personalised models (see :func:`run_hits`).
       at_round: the checkpoints' round (default: each run's last saved).
       resamples, seed, level: the bootstrap (:func:`paired_ag_difference`).
@@ -94,17 +123,57 @@ def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
       log: where the table goes (Markdown).
 
     Returns:
-      ``{"a": {...}, "b": {...}, "clients": [...], "Ag_a", "Ag_b", "per_client_a",
-      "per_client_b"}`` plus the keys of :func:`paired_ag_difference`; accuracies and
-      differences as fractions.
+      ``{"a": {...}, "b": {...}, "seeds": [...], "clients": [...], "Ag_a", "Ag_b",
+      "per_client_a", "per_client_b", "per_seed_a", "per_seed_b"}`` plus the keys of
+      :func:`paired_ag_difference`; accuracies and differences as fractions, Ag and the
+      per-client figures as means over the seeds.
 
     Raises:
-      ValueError: the two runs were evaluated on other clients or other test examples.
-      FileNotFoundError, ValueError: as :func:`run_hits`.
+      ValueError: the runs were evaluated on other clients or other test examples, or the
+        two sides hold other seeds.
+      FileNotFoundError, ValueError: as :func:`seed_runs` and :func:`run_hits`.
     """
     check_bootstrap(resamples, level)  # before the runs are loaded
-    a = run_hits(run_a, personal, at_round)
-    b = run_hits(run_b, personal, at_round)
+    runs_a, runs_b = seed_runs(run_a), seed_runs(run_b)
+    if list(runs_a) != list(runs_b):
+        name = lambda r: ", ".join(r) or "one run"
+        raise ValueError(f"{run_a} holds {name(runs_a)} and {run_b} holds {name(runs_b)}: a "
+                         f"paired comparison needs the same seeds on both sides")
+    pairs = [(run_hits(runs_a[s], personal, at_round), run_hits(runs_b[s], personal, at_round))
+             for s in runs_a]
+    first = pairs[0][0]
+    for s, (a, b) in zip(runs_a, pairs):
+        _check_same_test(runs_a[s], runs_b[s], a, b)
+        _check_same_test(runs_a[next(iter(runs_a))], runs_a[s], first, a)
+    mask = first["mask"]
+    counts = mask.sum(1)
+    accuracy = lambda r: np.where(counts > 0, (r["hits"] & mask).sum(1) / np.maximum(counts, 1),
+                                  np.nan)
+    acc = {side: np.stack([accuracy(pair[i]) for pair in pairs])
+           for i, side in enumerate(("a", "b"))}
+    stats = paired_ag_difference(np.stack([a["hits"] for a, _ in pairs]),
+                                 np.stack([b["hits"] for _, b in pairs]), mask, resamples,
+                                 seed, level)
+    side = lambda i: {"out": str(run_a if i == 0 else run_b),
+                      **{k: pairs[0][i][k] for k in ("algorithm", "model")},
+                      "round": [pair[i]["round"] for pair in pairs] if len(pairs) > 1
+                      else pairs[0][i]["round"]}
+    result = {"a": side(0), "b": side(1), "seeds": list(runs_a) if len(pairs) > 1 else [],
+              "clients": first["clients"], "counts": counts.tolist(),
+              "Ag_a": float(np.nanmean(acc["a"])), "Ag_b": float(np.nanmean(acc["b"])),
+              "per_client_a": acc["a"].mean(0), "per_client_b": acc["b"].mean(0),
+              "per_seed_a": np.nanmean(acc["a"], 1), "per_seed_b": np.nanmean(acc["b"], 1),
+              **stats}
+    log(format_comparison(result))
+    if json_path is not None:
+        ready = {k: accuracy_list(v, 6) if isinstance(v, np.ndarray) else v
+                 for k, v in result.items()}
+        rundir.write_text(Path(json_path), json.dumps(ready, indent=2) + "\n")
+        log(f"written to {json_path}")
+    return result
+
+
+def _check_same_test(run_a: Path, run_b: Path, a: dict[str, Any], b: dict[str, Any]) -> None:
     files_a, files_b = tested_files(run_a), tested_files(run_b)
     differ = sorted(k for k in set(files_a) & set(files_b) if files_a[k] != files_b[k])
     if differ:
@@ -118,41 +187,41 @@ def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
         raise ValueError(f"{run_a} and {run_b} were evaluated on other test examples (other "
                          f"data, --max-len or --domains); a paired comparison needs the same "
                          f"ones")
-    mask = a["mask"]
-    counts = mask.sum(1)
-    acc = {k: np.where(counts > 0, (r["hits"] & mask).sum(1) / np.maximum(counts, 1), np.nan)
-           for k, r in (("a", a), ("b", b))}
-    stats = paired_ag_difference(a["hits"], b["hits"], mask, resamples, seed, level)
-    result = {"a": {k: a[k] for k in ("out", "algorithm", "round", "model")},
-              "b": {k: b[k] for k in ("out", "algorithm", "round", "model")},
-              "clients": a["clients"], "counts": counts.tolist(),
-              "Ag_a": float(np.nanmean(acc["a"])), "Ag_b": float(np.nanmean(acc["b"])),
-              "per_client_a": acc["a"], "per_client_b": acc["b"], **stats}
-    log(format_comparison(result))
-    if json_path is not None:
-        ready = {k: accuracy_list(v, 6) if isinstance(v, np.ndarray) else v
-                 for k, v in result.items()}
-        rundir.write_text(Path(json_path), json.dumps(ready, indent=2) + "\n")
-        log(f"written to {json_path}")
-    return result
 
 
 def format_comparison(r: dict[str, Any]) -> str:
-    """Markdown: one row per client (A, B, A - B in points) and the Ag row with its
-    interval, then the wins and the number of examples the models disagree on."""
+    """Markdown: one row per client (A, B, A - B in points; means over the seeds) and the Ag
+    row with its interval, with several seeds each pair's Ag, then the wins and the number
+    of examples the models disagree on."""
     pts = lambda x: "n/a" if np.isnan(x) else f"{100 * x:.1f}"
     diff = lambda x: "n/a" if np.isnan(x) else f"{100 * x:+.1f}"
-    name = lambda s: f"{s['algorithm']} ({s['model']}, round {s['round']})"
+    seeds = r.get("seeds") or []
+    rounds = lambda s: (f"rounds {'/'.join(map(str, s['round']))}" if seeds
+                        else f"round {s['round']}")
+    name = lambda s: f"{s['algorithm']} ({s['model']}, {rounds(s)})"
+    over = f", mean over {len(seeds)} paired seeds" if seeds else ""
     lines = [f"A = {name(r['a'])}: {r['a']['out']}", f"B = {name(r['b'])}: {r['b']['out']}", "",
-             "| client | test | A | B | A - B |", "|---|---:|---:|---:|---:|"]
+             f"| client | test | A | B | A - B{over} |", "|---|---:|---:|---:|---:|"]
     for k, client in enumerate(r["clients"]):
         lines.append(f"| {client} | {r['counts'][k]} | {pts(r['per_client_a'][k])} | "
                      f"{pts(r['per_client_b'][k])} | {diff(r['per_client'][k])} |")
     level = round(100 * r["level"])
     lines.append(f"| **Ag** | {sum(r['counts'])} | {pts(r['Ag_a'])} | {pts(r['Ag_b'])} | "
                  f"{diff(r['diff'])} ({level}% CI {diff(r['low'])} to {diff(r['high'])}) |")
+    if seeds:
+        lines += ["", "| seed | Ag A | Ag B | A - B |", "|---|---:|---:|---:|"]
+        lines += [f"| {s} | {pts(a)} | {pts(b)} | {diff(d)} |" for s, a, b, d in
+                  zip(seeds, r["per_seed_a"], r["per_seed_b"], r["per_seed"])]
+        spread = np.std(np.asarray(r["per_seed"]), ddof=1)
+        caption = (f"The interval: bootstrap over the {len(seeds)} seed pairs and each "
+                   f"client's test examples ({r['resamples']:,} draws), so it holds the "
+                   f"training seeds' spread (std of the pairs' differences "
+                   f"{100 * spread:.2f} points) as well as the test sample's noise.")
+    else:
+        caption = (f"The interval: paired bootstrap over each client's test examples "
+                   f"({r['resamples']:,} draws); it does not include the spread over training "
+                   f"seeds.")
     lines += ["", f"A ahead on {r['wins']} clients, B on {r['losses']}, tied on {r['ties']}; "
-              f"the models disagree on {r['disagree']:,} test examples. The interval: paired "
-              f"bootstrap over each client's test examples ({r['resamples']:,} draws); it "
-              f"does not include the spread over training seeds."]
+              f"the models disagree on {r['disagree']:,} test examples"
+              f"{' (summed over the seeds)' if seeds else ''}. " + caption]
     return "\n".join(lines)

@@ -91,3 +91,24 @@ def test_paired_ag_difference_interval_narrows_with_more_test_examples():
         paired_ag_difference(a, b, np.zeros_like(a))
     with pytest.raises(ValueError, match="shape"):
         paired_ag_difference(a, b[:, :3], np.ones_like(a))
+
+
+def test_paired_ag_difference_over_seeds_holds_the_seeds_spread():
+    rng = np.random.default_rng(1)
+    n, mask = 400, np.ones((4, 400), bool)
+    b = rng.random((3, 4, n)) < 0.8
+    # A is 6 points ahead on seed 0, level on seed 1, 6 behind on seed 2
+    a = np.stack([rng.random((4, n)) < p for p in (0.86, 0.8, 0.74)])
+    r = paired_ag_difference(a, b, mask, resamples=2000)
+    single = [paired_ag_difference(a[s], b[s], mask, resamples=2000) for s in range(3)]
+    assert r["per_seed"] == pytest.approx([x["diff"] for x in single])
+    assert r["diff"] == pytest.approx(np.mean(r["per_seed"]))
+    assert r["low"] < r["diff"] < r["high"]
+    # the seeds' spread widens the interval beyond any one pair's test-sample interval
+    assert r["high"] - r["low"] > 1.5 * max(x["high"] - x["low"] for x in single)
+    assert r["disagree"] == sum(x["disagree"] for x in single)
+    # one pair given with a seed axis is the one-model comparison, draw for draw
+    assert paired_ag_difference(a[:1], b[:1], mask, seed=5, resamples=300)["low"] == (
+        paired_ag_difference(a[0], b[0], mask, seed=5, resamples=300)["low"])
+    with pytest.raises(ValueError, match=r"\[S, K, n\]"):
+        paired_ag_difference(a, b[:2], mask)

@@ -66,8 +66,38 @@ def test_compare_personalised_models_and_the_errors(runs, tmp_path, capsys):
     assert cli.main(["compare", str(a_dir), str(a_dir), "--resamples", "20"]) == 0
     assert "| **Ag** |" in capsys.readouterr().out
     assert cli.main(["compare", str(a_dir), str(tmp_path / "none")]) == 1
-    assert "config.json does not exist" in capsys.readouterr().err
+    assert "not a run directory (no config.json) and no seed-<s>/ runs" in (
+        capsys.readouterr().err)
     assert cli.main(["compare", str(a_dir), str(a_dir), "--level", "nan"]) == 1
+
+
+def test_compare_over_paired_seeds_means_the_pairs_and_widens_the_interval(runs, tmp_path):
+    (a0_dir, a0), (b_dir, b) = runs["fedavg"], runs["kteps"]
+    a1 = train(TrainConfig(**TINY, seed=1, out=str(tmp_path / "fedavg-1")), log=_quiet)
+    side_a, side_b = tmp_path / "A", tmp_path / "B"  # reproduce's <scene>/<method>/seed-<s>
+    for side, runs_ in ((side_a, (a0_dir, tmp_path / "fedavg-1")), (side_b, (b_dir, b_dir))):
+        side.mkdir()
+        for s, run in enumerate(runs_):
+            (side / f"seed-{s}").symlink_to(run)
+    lines = []
+    r = compare(side_a, side_b, resamples=400, json_path=tmp_path / "s.json",
+                log=lines.append)
+    pairs = [a0["Ag"] - b["Ag"], a1["Ag"] - b["Ag"]]
+    assert r["seeds"] == ["seed-0", "seed-1"]
+    assert r["per_seed"] == pytest.approx(pairs) and r["diff"] == pytest.approx(np.mean(pairs))
+    assert r["Ag_a"] == pytest.approx((a0["Ag"] + a1["Ag"]) / 2)
+    np.testing.assert_allclose(r["per_client_a"], np.mean(
+        [[c["Ag"] for c in x["clients"]] for x in (a0, a1)], 0), atol=1e-6)
+    assert r["low"] <= r["diff"] <= r["high"]
+    text = "\n".join(lines)
+    assert "fedavg (global, rounds 2/2)" in text and "mean over 2 paired seeds" in text
+    assert "| seed-1 |" in text and "training seeds' spread" in text
+    assert json.loads((tmp_path / "s.json").read_text())["per_seed"] == pytest.approx(pairs)
+    (side_b / "seed-1").unlink()
+    with pytest.raises(ValueError, match="holds seed-0, seed-1 and .* holds seed-0: a paired"):
+        compare(side_a, side_b, log=_quiet)
+    with pytest.raises(ValueError, match="holds seed-0 and .* holds one run"):
+        compare(side_b, b_dir, log=_quiet)
 
 
 def test_private_embedding_check_reads_the_runs_own_figures(tmp_path):
