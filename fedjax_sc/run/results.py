@@ -288,17 +288,20 @@ def _by_round(order: Sequence[str], seeds: Sequence[int], reports: dict, rows: d
 
 def summary_table(order: Sequence[str], seeds: Sequence[int], reports: dict, rows: dict,
                   rounds: int, scene: str, keys: Sequence[str] = ("Ag", "Ap")) -> str:
-    """The averages only: per method, rounds done, Ag and Ap (``keys``; ours, mean over
-    finished seeds) beside the paper's Tables 2-3 (the README's results table)."""
+    """The averages only: per method, rounds done (the furthest seed), seeds finished of
+    those exported, Ag and Ap (``keys``; ours, mean +- std over the finished seeds) beside
+    the paper's Tables 2-3 (the README's results table)."""
     source = {"Ag": paper.TABLE2, "Ap": paper.TABLE3}
-    lines = ["| method | rounds | " + " | ".join(f"{k} | {k}, paper" for k in keys) + " |",
-             "|---|---:|" + "---:|---:|" * len(keys)]
+    lines = ["| method | rounds | seeds finished | " + " | ".join(f"{k} | {k}, paper" for k in keys)
+             + " |", "|---|---:|---:|" + "---:|---:|" * len(keys)]
     fmt = lambda v: "n/a" if v is None else f"{v}"
     for m in order:
         done = max(len(rows.get((m, s), [])) for s in seeds)
+        finished = sum((m, s) in reports for s in seeds)
         cells = [f"{_ours(m, 'Avg', k, seeds, reports, rows, ['Avg'])} | "
                  f"{fmt(source[k].get(scene, {}).get(m, {}).get('Avg'))}" for k in keys]
-        lines.append(f"| {m} | {done} / {rounds} | " + " | ".join(cells) + " |")
+        lines.append(f"| {m} | {done} / {rounds} | {finished} / "
+                     f"{sum((m, s) in rows for s in seeds)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -44,7 +44,7 @@ def test_export_keeps_small_files_and_render_needs_nothing_else(tmp_path, capsys
                  "--dest", str(dest), "--no-plots"]) == 0
     t2 = (dest / "synthetic" / "table2.md").read_text()
     assert "## Ag^k and Ag (paper: Table 2)" in t2 and "Ap^k" not in t2
-    assert t2.splitlines()[2] == "| method | rounds | Ag | Ag, paper |"
+    assert t2.splitlines()[2] == "| method | rounds | seeds finished | Ag | Ag, paper |"
     assert [x.split(" | ")[0] for x in t2.splitlines()[4:6]] == ["| fedavg", "| pfl_da"]
     assert f"| {100 * report['Ag']:.1f} |" in t2
     assert "The runs are Table 3's" in t2 and not (dest / "synthetic" / "table2").exists()
@@ -69,8 +69,9 @@ def test_a_running_run_is_exported_with_its_rounds_so_far(tmp_path, capsys):
     assert "fedavg seed 0: 1 rounds, running" in out
     assert "fedavg (running: round 1/1)" in out and "| pending |" in out
     fedper = next(x for x in out.splitlines() if x.startswith("| fedper | 1 / 1 |"))
+    assert fedper.startswith("| fedper | 1 / 1 | 0 / 1 |")  # its one seed not finished
     assert "(p) | n/a | pending |" in fedper  # personalised, marked: FedPer has no Ag
-    assert "| kteps | 0 / 1 | starting |" in out
+    assert "| kteps | 0 / 1 | 0 / 1 | starting |" in out
     assert (dest / "synthetic" / "table3-convergence.png").stat().st_size > 1000
     # the late-training noise column: mean and sd of Ag over the last 10 rounds
     metrics = dest / "synthetic" / "table3" / "fedavg-seed0" / "metrics.jsonl"
