@@ -271,7 +271,7 @@ def paired_ag_difference(hits_a: Any, hits_b: Any, mask: Any, resamples: int = 1
              np.zeros((resamples, 1), np.int64))
     for k in real:
         d = delta[:, k, m[k]]  # [S, n_k]
-        step = max(1, 2**22 // (d.size))  # draws per batch: about 32 MiB of indices
+        step = max(1, 2**22 // d.size)  # draws per batch: about 32 MiB gathered
         for lo in range(0, resamples, step):
             rows = min(step, resamples - lo)
             means = d[:, rng.integers(0, d.shape[1], size=(rows, d.shape[1]))].mean(2)

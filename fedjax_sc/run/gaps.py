@@ -133,9 +133,9 @@ def gap_section(order: Sequence[str], seeds: Sequence[int], reports: dict, scene
                  f"{per['over']} | {fmt(per['bias'], True)} | {fmt(per['seed_std'])} |")
     text = ["## Gaps to the paper (points; ours - paper)", "", *head, *lines, "",
             f"Over all {both['n']} cells (averages and per-client, {' and '.join(metrics)}): "
-            f"mean absolute gap {fmt(both['mean_abs'])}, {both['over']} over {THRESHOLD:g}. A per-client "
-            "cell rests on one client's test set and one training run; the seeds' std is the "
-            "spread of our own seeds on the same cells."]
+            f"mean absolute gap {fmt(both['mean_abs'])}, {both['over']} over {THRESHOLD:g}. "
+            "A per-client cell rests on one client's test set and one training run; the seeds' "
+            "std is the spread of our own seeds on the same cells."]
     spread = paper_pair_spread(scene)
     if spread:
         text.append(f"The paper's own spread: its {spread['pairs']} pairs of methods whose "
