@@ -11,7 +11,8 @@ too (the rounds done so far), so progress can be committed while a run goes on.
 ours beside the paper's figures per client and on average (Tables 2-3: Ag, the paper's
 Table 2, and Ap, its Table 3, from the same runs, and the gaps summarised by
 :mod:`fedjax_sc.run.gaps`; ``--table table2`` gives the Ag half, from Table 3's exports when
-Table 2 has none of its own), the Ag curve every 10 rounds with the seconds per round, and ``<table>-convergence.png`` (Fig. 4: Ag per round, then Ap_t).
+Table 2 has none of its own), the Ag curve every 10 rounds with the seconds per round, and
+``<table>-convergence.png`` (Fig. 4: Ag per round, then Ap_t).
 """
 
 from __future__ import annotations
