@@ -94,13 +94,15 @@ def convergence_figure(runs: Mapping[str, str | Path], path: str | Path,
     """
     fig, ax = _axes(figsize=(8.0, 4.5))
     switches = set()
-    for label, run_dir in runs.items():
+    for i, (label, run_dir) in enumerate(runs.items()):
         c = read_curves(run_dir)
         ys = c["Ag"]
         if ys and all(v is None for v in ys):
             ys, label = c["personal"], f"{label} (personal)"
         last = c["rounds"][-1] if c["rounds"] else 0
-        style = {"marker": ".", "markersize": 3, "linewidth": 1.2}
+        # the colour cycle has 10 colours: the next ten lines are dashed, so none look alike
+        style = {"marker": ".", "markersize": 3, "linewidth": 1.2,
+                 "linestyle": ("-", "--", ":")[i // 10 % 3]}
         (line,) = ax.plot(c["rounds"], _percent(ys), label=label, **style)
         if c["Ap_t"]:  # a separate segment: no line drawn across the switch
             ax.plot([last + t for t in range(len(c["Ap_t"]))], _percent(c["Ap_t"]),
