@@ -9,8 +9,8 @@
 #   scale       scale.py: donated or not, M = 16, 64, 256; the most clients in $MEMORY_GB
 #   fdu         with the FDU corpus in $FDU_DIR: two real FedAvg rounds at the paper's shapes
 #               (16 clients, d 200 random vectors: --embeddings needs no download)
-# A stage's command runs under `timeout $STAGE_S` (default 540 s), so one call of at most
-# 10 minutes can run a single stage:
+# A stage's commands share a budget of $STAGE_S seconds (default 540; a command gets what is
+# left of it under `timeout`), so one call of at most 10 minutes can run a single stage:
 #   PYTHONPATH=$PWD OUT=$OUT bash benchmarks/accelerator.sh devices speed
 #   PYTHONPATH=$PWD OUT=$OUT FDU_DIR=data/fdu-mtl bash benchmarks/accelerator.sh profile fdu
 set -u
@@ -24,7 +24,9 @@ run() {
   name=$1; shift
   echo "== $name: $*"
   start=$(date +%s)
-  timeout "$STAGE_S" "$@" > "$OUT/$name.txt" 2>&1
+  left=$(( STAGE_S - (start - stage_start) ))
+  [ "$left" -lt 1 ] && { echo "   skipped: the stage's $STAGE_S s are spent"; return; }
+  timeout "$left" "$@" > "$OUT/$name.txt" 2>&1
   rc=$?
   echo "   rc $rc, $(( $(date +%s) - start )) s"
   tail -n 4 "$OUT/$name.txt"
@@ -32,6 +34,7 @@ run() {
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(devices speed profile population scale fdu)
 for stage in "${stages[@]}"; do
+  stage_start=$(date +%s)
   case $stage in
     devices)
       run devices "$PY" -c "import jax; print('jax', jax.__version__, jax.devices())
