@@ -179,9 +179,10 @@ def time_round(args, name: str, data) -> float:
     return steps / seconds
 
 
-def add_shape_arguments(p: argparse.ArgumentParser, examples: int) -> None:
+def add_shape_arguments(p: argparse.ArgumentParser, examples: int, clients: int = 16,
+                        local_vocab: int = 12_000) -> None:
     """The round's shapes, the paper's FDU ones by default (d 200 as its GloVe)."""
-    p.add_argument("--clients", type=int, default=16)
+    p.add_argument("--clients", type=int, default=clients, help="clients (N)")
     p.add_argument("--examples", type=int, default=examples, help="train examples per client")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--max-len", type=int, default=200)
@@ -189,7 +190,8 @@ def add_shape_arguments(p: argparse.ArgumentParser, examples: int) -> None:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--mlp-hidden", type=int, default=128)
     p.add_argument("--vocab", type=int, default=50_002)
-    p.add_argument("--local-vocab", type=int, default=12_000)
+    p.add_argument("--local-vocab", type=int, default=local_vocab,
+                   help="distinct words per client (rows of its local embedding table)")
     p.add_argument("--local-epochs", type=int, default=2)
 
 

@@ -54,7 +54,7 @@ from fedjax_sc.models.text_classifier import init_params
 from fedjax_sc.run.registry import build_algorithm
 
 sys.path.insert(0, str(Path(__file__).parent))
-from round_speed import synthetic_arrays  # noqa: E402  (benchmark helper beside this file)
+from round_speed import add_shape_arguments, synthetic_arrays  # noqa: E402  (benchmark helper beside this file)
 
 
 def _xla_bytes(compiled) -> int | None:
@@ -187,17 +187,7 @@ def main() -> None:
     p.add_argument("--sampled-list", type=int, nargs="+", default=[16, 64, 256],
                    dest="sampled_list", help="M values of the synthetic sweep")
     p.add_argument("--sampled", type=int, default=16, help=argparse.SUPPRESS)
-    p.add_argument("--clients", type=int, default=1024, help="N of the synthetic sweep")
-    p.add_argument("--examples", type=int, default=16, help="train examples per client")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--max-len", type=int, default=200)
-    p.add_argument("--embed-dim", type=int, default=200)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--mlp-hidden", type=int, default=128)
-    p.add_argument("--vocab", type=int, default=50_002)
-    p.add_argument("--local-vocab", type=int, default=2_000,
-                   help="distinct words per synthetic client")
-    p.add_argument("--local-epochs", type=int, default=2)
+    add_shape_arguments(p, examples=16, clients=1024, local_vocab=2_000)
     p.add_argument("--rounds", type=int, default=2, help="timed rounds after a warm-up round")
     p.add_argument("--algorithm", default="fedavg")
     p.add_argument("--fdu-dir", help="FDU-MTL folder: also run the 1,000-client scene")
