@@ -33,10 +33,9 @@ import jax
 import optax
 from flax import traverse_util
 
-from fedjax_sc.algorithms.aggregate import weighted_mean
 from fedjax_sc.algorithms.base import Algorithm, Params
-from fedjax_sc.algorithms.losses import cross_entropy
-from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM, client_sgd
+from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 from fedjax_sc.models.fusion import REFERENCE, FusionClassifier
 
 PRIVATE_EMBEDDING_RULES = {"private": r"^(reference_)?embedding/",
@@ -104,12 +103,8 @@ def fedfusion(model: FusionClassifier, learning_rate: float = LEARNING_RATE,
     def global_predict(params: Params, tokens: jax.Array):
         return jax.nn.softmax(model.apply({"params": params}, tokens), -1)
 
-    return Algorithm(
+    return fedavg(model, learning_rate, momentum, embedding_learning_rate)._replace(
         name="fedfusion",
-        model=model,
-        client_loss=cross_entropy(model),
-        client_optimizer=client_sgd(learning_rate, momentum, embedding_learning_rate),
-        aggregator=weighted_mean,
         predict=predict,
         global_predict=global_predict,
         leaf_rules=PRIVATE_EMBEDDING_RULES if private_embedding else None,
