@@ -335,8 +335,11 @@ def _prepare(run: Run, c: TrainConfig, log: Callable[[str], None]) -> TrainConfi
             if processes.primary():
                 where.mkdir(parents=True, exist_ok=True)
                 shutil.copytree(source / "checkpoints", where / "checkpoints")
-                for name in ("config.json", "metrics.jsonl"):
-                    shutil.copy(source / name, where / name)
+                # the data record too, so the resume checks the corpus against the one the
+                # base run trained on (a run older than fingerprints has only vocab.json)
+                for name in ("config.json", "metrics.jsonl", "vocab.json", "fingerprint.json"):
+                    if (source / name).exists():
+                        shutil.copy(source / name, where / name)
     processes.barrier(f"reproduce: {where} prepared")
     started = (where / "config.json").exists()
     saved = started and rundir.last_round(where) is not None

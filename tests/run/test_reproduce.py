@@ -69,8 +69,10 @@ def test_reproduce_runs_once_reuses_training_for_ap_variants_and_skips_when_done
     assert main(["reproduce", "table5", *tiny]) == 0
     out = capsys.readouterr().out
     assert out.count("starting") == 1 and out.count("reusing the training") == 1
+    assert "no data fingerprint" not in out  # the base run's data record came with it
     base = run_dir(tmp_path, "synthetic", "kteps", 0)
     variant = run_dir(tmp_path, "synthetic", "kteps_mu-1", 0)
+    assert (variant / "fingerprint.json").read_text() == (base / "fingerprint.json").read_text()
     rounds = lambda d: [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()
                         if json.loads(x)["phase"] == "round"]
     assert rounds(base) == rounds(variant)  # same training, not retrained
