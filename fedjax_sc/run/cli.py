@@ -54,8 +54,11 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("table", choices=TABLES)
     train_arguments(q, grid=True)
     processes.add_arguments(q)
-    q.add_argument("--seeds", type=int, help="number of seeds 0..N-1 (default: 1 with "
-                   "--quick, else 3)")
+    q.add_argument("--seeds", type=int, help="number of seeds S..S+N-1, S = --first-seed "
+                   "(default: 1 with --quick, else 3)")
+    q.add_argument("--first-seed", type=int, default=0, metavar="S",
+                   help="the first seed: --seeds 2 --first-seed 1 trains seeds 1 and 2 alone, "
+                   "e.g. to add seeds to a table whose seed 0 was trained elsewhere")
     q.add_argument("--population-size", type=int, metavar="P",
                    help="the most runs trained as one population (the seeds of a row, a "
                    "table's grid: one compiled program); 1 trains them one by one (default: "
@@ -75,11 +78,14 @@ def _parser() -> argparse.ArgumentParser:
     q.set_defaults(out=None, ap_evals=None, data_dir=None, embeddings="glove-6b-50d")
     x = sub.add_parser(
         "results", help="results as data: export a store's runs (small files only) into "
-        "results/, or regenerate a table and its figure from results/ alone",
+        "results/, or regenerate a table and its figure from results/ alone; hits: write "
+        "test_hits.json from a run's last checkpoint",
         formatter_class=_HelpFormatter)
-    x.add_argument("action", choices=("export", "render"))
+    x.add_argument("action", choices=("export", "render", "hits"))
     x.add_argument("runs", nargs="*", metavar="RUN",
-                   help="export --csv: run folders whose metrics go into one tidy CSV")
+                   help="export --csv: run folders whose metrics go into one tidy CSV; hits: "
+                   "run folders with checkpoints that lack test_hits.json (runs that ended "
+                   "before training wrote it), for fedjax-sc compare without checkpoints")
     x.add_argument("--csv", metavar="FILE", help="export: write the runs' per-round, "
                    "per-client metrics as one tidy CSV (run, phase, round, t, client, metric, "
                    "value; for pandas)")
@@ -88,29 +94,35 @@ def _parser() -> argparse.ArgumentParser:
     x.add_argument("--dest", default="results", help="the results folder")
     x.add_argument("--store", help="export: the results store of fedjax-sc reproduce --out")
     x.add_argument("--methods", nargs="+", help="export: the methods (runs) to export")
-    x.add_argument("--seeds", type=int, default=1, help="export: seeds 0..N-1")
+    x.add_argument("--seeds", type=int, default=1, help="export: seeds S..S+N-1")
+    x.add_argument("--first-seed", type=int, default=0, metavar="S",
+                   help="export: the first seed (default: 0)")
     x.add_argument("--no-plots", dest="plots", action="store_false",
                    help="render: no PNG figure (default: off, figure written)")
     m = sub.add_parser(
         "compare", help="Ag(A) - Ag(B) of two trained runs on the same test examples, with "
         "a paired bootstrap interval and the per-client differences",
-        description="Restores each run's checkpoint, records which test examples each model "
-        "classifies correctly and prints Ag(A) - Ag(B) with a paired, per-client bootstrap "
+        description="Reads which test examples each run's model classifies correctly (the "
+        "run's test_hits.json, written when it ended and exported with it; else from its "
+        "checkpoint) and prints Ag(A) - Ag(B) with a paired, per-client bootstrap "
         "interval (test-sample noise only, not the spread over seeds), the per-client "
         "differences and how many clients each model leads on. Given two folders of seed "
         "runs, the seeds are paired by name, the difference is their mean and the interval "
         "resamples the seed pairs too (both sources of chance).",
         formatter_class=_HelpFormatter)
-    m.add_argument("run_a", help="a run directory (fedjax-sc train --out, or a reproduce "
-                   "store's <scene>/<method>/seed-<s>), or a folder of seed-<s> runs (a "
-                   "store's <scene>/<method>)")
+    m.add_argument("run_a", help="a run directory (fedjax-sc train --out, a reproduce "
+                   "store's <scene>/<method>/seed-<s>, an exported results/fdu/table3/"
+                   "kteps-seed0), or a folder of seed-<s> runs (a store's <scene>/<method>), "
+                   "or an exported method's prefix (results/fdu/table3/kteps: its -seed<s> "
+                   "runs)")
     m.add_argument("run_b", help="another run directory (or folder of seed runs, the same "
                    "seeds) on the same clients and test data")
     m.add_argument("--personal", action="store_true",
                    help="compare the personalised models before fine-tuning (shared + "
                    "private leaves), e.g. for FedPer (default: off, the global models)")
     m.add_argument("--round", dest="at_round", type=int,
-                   help="the checkpoints' round (default: each run's last saved)")
+                   help="the checkpoints' round (default: each run's test_hits.json, else "
+                   "its last checkpoint)")
     m.add_argument("--resamples", type=int, default=10_000, help="bootstrap draws")
     m.add_argument("--seed", type=int, default=0, help="seed of the bootstrap draws")
     m.add_argument("--level", type=float, default=0.95, help="coverage of the interval")
@@ -184,9 +196,12 @@ def _reproduce(args: dict) -> None:
     from fedjax_sc.run.train import TrainConfig
     table, quick, plots = args.pop("table"), args.pop("quick"), args.pop("plots")
     methods, d1s, fractions = args.pop("methods"), args.pop("d1"), args.pop("d2_fraction")
-    seeds = args.pop("seeds") or (QUICK["seeds"] if quick else FULL_SEEDS)
+    seeds, first = args.pop("seeds") or (QUICK["seeds"] if quick else FULL_SEEDS), \
+        args.pop("first_seed")
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    if first < 0:
+        raise ValueError(f"--first-seed must be >= 0, got {first}")
     size = args.pop("population_size")
     if size is not None and size < 1:
         raise ValueError(f"--population-size must be >= 1, got {size}")
@@ -204,7 +219,7 @@ def _reproduce(args: dict) -> None:
                                     f"--data-dir or set FEDJAX_SC_FDU_DIR")
     if args["scene"] == "synthetic" and args["embeddings"] == "glove-6b-50d":
         args["embeddings"] = "random"  # the synthetic scene's words are not English
-    reproduce(table, TrainConfig(**args), out, list(range(seeds)), plots=plots,
+    reproduce(table, TrainConfig(**args), out, list(range(first, first + seeds)), plots=plots,
               methods=methods, d1s=d1s, fractions=fractions, population_size=size)
 
 
@@ -253,6 +268,13 @@ def main(argv: list[str] | None = None) -> int:
             _reproduce(args)
         elif command == "results":
             from fedjax_sc.run import results
+            if args["action"] == "hits":
+                if not args["runs"]:
+                    raise ValueError("results hits: name the run folders (RUN [RUN ...])")
+                from fedjax_sc.run.compare import write_run_hits
+                for run in args["runs"]:
+                    print(f"{run}: wrote {write_run_hits(run)}")
+                return 0
             if args["csv"]:
                 if args["action"] != "export" or not args["runs"]:
                     raise ValueError("--csv: write results export RUN [RUN ...] --csv FILE")
@@ -264,8 +286,12 @@ def main(argv: list[str] | None = None) -> int:
             if args["action"] == "export":
                 if not args["store"] or not args["methods"]:
                     raise ValueError("results export needs --store and --methods")
+                if args["seeds"] < 1 or args["first_seed"] < 0:
+                    raise ValueError(f"--seeds {args['seeds']} --first-seed "
+                                     f"{args['first_seed']}: need N >= 1 and S >= 0")
                 results.export(args["store"], args["dest"], args["scene"], args["table"],
-                               args["methods"], range(args["seeds"]))
+                               args["methods"], range(args["first_seed"],
+                                                      args["first_seed"] + args["seeds"]))
             print(results.render(args["dest"], args["scene"], args["table"], args["plots"]))
         elif command == "compare":
             from fedjax_sc.run.compare import compare

@@ -2,14 +2,18 @@
 
 One seed of each method gives one Ag each; whether their difference is larger than the test
 sample can explain is a question about the same test reviews classified by both models. This
-restores each run's checkpoint, records which test examples each model gets right
-(:func:`fedjax_sc.core.evaluate.make_example_hits`) and reports Ag(A) - Ag(B) with a paired,
+reads which test examples each model gets right from the run's ``test_hits.json``
+(:mod:`fedjax_sc.run.hits`: written when the run ended, exported into ``results/`` with its
+other small files), or, without one, restores the run's checkpoint and records them
+(:func:`fedjax_sc.core.evaluate.make_example_hits`), and reports Ag(A) - Ag(B) with a paired,
 per-client bootstrap interval (:func:`fedjax_sc.core.evaluate.paired_ag_difference`), the
 per-client differences and how many clients each model leads on. Ag^k and Ag are as in Li et
 al. 2021, "Preliminary Steps Towards Federated Sentiment Classification", Eq. 14-15.
 
 Whether one method beats another is a question about training seeds as well: given two
-folders of seed runs (``<store>/<scene>/<method>/seed-<s>``), the seeds are paired by name,
+folders of seed runs (``<store>/<scene>/<method>/seed-<s>``, or the exported
+``results/<scene>/<table>/<method>-seed<s>`` named by ``results/<scene>/<table>/<method>``),
+the seeds are paired by name,
 the difference is the mean over the pairs and the interval resamples the pairs as well as
 the test examples (a two-level bootstrap), so it holds both sources of chance.
 
@@ -26,17 +30,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
 
-from fedjax_sc.core.evaluate import (
-    accuracy_list,
-    check_bootstrap,
-    make_example_hits,
-    make_personal_evaluate,
-    paired_ag_difference,
-)
+from fedjax_sc.core.evaluate import accuracy_list, check_bootstrap, paired_ag_difference
 from fedjax_sc.data.client_data import client_data
+from fedjax_sc.run import hits as hits_record
 from fedjax_sc.run import rundir
 from fedjax_sc.run.setup import global_params, restore_run, tested_files
 
@@ -45,61 +43,95 @@ def run_hits(out: str | Path, personal: bool = False, at_round: int | None = Non
              ) -> dict[str, Any]:
     """Which test examples the model of the run in ``out`` classifies correctly.
 
+    Read from the run's ``test_hits.json`` (:mod:`fedjax_sc.run.hits`, written when the run
+    ended; all an exported run in ``results/`` has) when ``at_round`` is None or its round,
+    else computed from the run's checkpoint.
+
     Args:
-      out: a run directory of ``fedjax-sc train`` (or of a ``reproduce`` store).
+      out: a run directory of ``fedjax-sc train`` (or of a ``reproduce`` store, or exported).
       personal: compare the personalised model (shared + private leaves, the run's Ap mode)
         instead of the global one.
-      at_round: the checkpoint's round (default: the last saved).
+      at_round: the checkpoint's round (default: the record's, else the last saved).
 
     Returns:
       ``{"out", "algorithm", "round", "model" (a description), "clients": [K names],
-      "hits": bool [K, n], "mask": bool [K, n], "labels": int32 [K, n]}``.
+      "hits": bool [K, n], "mask": bool [K, n], "labels": int32 [K, n]}``, the real examples
+      of each client first, n the largest client's count.
 
     Raises:
-      FileNotFoundError: not a run directory, or no checkpoint (at ``at_round``).
+      FileNotFoundError: not a run directory, or neither a record nor a checkpoint (at
+        ``at_round``).
       ValueError: the run's method has no global model and ``personal`` is False, or has no
         private leaves and ``personal`` is True.
     """
-    c, scene, setup, step, state, client_states = restore_run(out, at_round)
-    algorithm = setup.algorithm
-    test = client_data(scene.test)
+    rec = hits_record.read(out)
+    if rec is None or at_round not in (None, rec["round"]):
+        rec = checkpoint_record(out, at_round)
+    algorithm = rundir.read_json(Path(out) / "config.json").get("algorithm")
     if personal:
-        if not jax.tree.leaves(client_states.private):
-            raise ValueError(f"{out}: {c.algorithm} has no private leaves; its personalised "
+        model = next((k for k in rec["models"] if k.startswith("personal")), None)
+        if model is None:
+            raise ValueError(f"{out}: {algorithm} has no private leaves; its personalised "
                              f"model is the global one (compare without --personal)")
-        mode = c.ap_mode or algorithm.default_mode
-        hits = make_personal_evaluate(algorithm.predict, hits=True)(
-            (state.params, client_states.private), test)[mode]
-        model = f"personalised ({mode})"
     else:
-        if algorithm.global_predict is None:
-            raise ValueError(f"{out}: {c.algorithm} has no global model; compare the "
-                             f"personalised models (--personal)")
-        hits = make_example_hits(algorithm.global_predict)(global_params(setup, state.params),
-                                                           test)
         model = "global"
-    return {"out": str(out), "algorithm": c.algorithm, "round": step, "model": model,
-            "clients": list(scene.client_names), "hits": np.asarray(hits),
-            "mask": np.asarray(test.mask), "labels": np.asarray(test.labels)}
+        if model not in rec["models"]:
+            raise ValueError(f"{out}: {algorithm} has no global model; compare the "
+                             f"personalised models (--personal)")
+    return {"out": str(out), "algorithm": algorithm, "round": rec["round"],
+            "model": model.replace("personal", "personalised"), "clients": list(rec["clients"]),
+            **hits_record.arrays(rec, model, str(Path(out) / hits_record.FILE))}
+
+
+def checkpoint_record(out: str | Path, at_round: int | None = None) -> dict[str, Any]:
+    """The test-hits record (:mod:`fedjax_sc.run.hits`) of the run in ``out`` made from its
+    checkpoint of round ``at_round`` (default: the last saved).
+
+    Raises:
+      FileNotFoundError, ValueError, CheckpointError: as :func:`restore_run`.
+    """
+    c, scene, setup, step, state, client_states = restore_run(out, at_round)
+    mode = c.ap_mode or setup.algorithm.default_mode
+    return hits_record.record(scene, setup.algorithm, global_params(setup, state.params),
+                              state.params, client_states.private, client_data(scene.test),
+                              mode, step, tested_files(out))
+
+
+def write_run_hits(out: str | Path) -> Path:
+    """Writes ``test_hits.json`` into the run folder ``out`` from its last checkpoint (for a
+    run that ended before the record existed); returns its path.
+
+    Raises:
+      FileNotFoundError, ValueError, CheckpointError: as :func:`restore_run`.
+    """
+    return hits_record.write(out, checkpoint_record(out))
 
 
 def seed_runs(path: str | Path) -> dict[str, Path]:
     """The runs under ``path``: ``{"": path}`` for a run directory, or ``{"seed-0": ...,
     "seed-1": ...}`` for a folder of seed runs (a ``reproduce`` store's
-    ``<scene>/<method>/``), in seed order.
+    ``<scene>/<method>/``) or for the exported runs ``<path>-seed<s>`` of a method
+    (``results/fdu/table3/kteps`` names ``results/fdu/table3/kteps-seed0``, ...), in seed
+    order.
 
     Raises:
-      FileNotFoundError: ``path`` is neither a run directory nor holds ``seed-<s>`` runs.
+      FileNotFoundError: ``path`` is neither a run directory nor holds ``seed-<s>`` runs, and
+        no ``<path>-seed<s>`` run exists.
     """
     path = Path(path)
     if (path / "config.json").is_file():
         return {"": path}
-    seeds = sorted((p for p in path.glob("seed-*") if (p / "config.json").is_file()
-                    and p.name[5:].isdigit()), key=lambda p: int(p.name[5:]))
-    if not seeds:
-        raise FileNotFoundError(f"{path}: not a run directory (no config.json) and no "
-                                f"seed-<s>/ runs in it")
-    return {p.name: p for p in seeds}
+    found = {int(p.name[5:]): p for p in path.glob("seed-*")
+             if (p / "config.json").is_file() and p.name[5:].isdigit()}
+    if not found:
+        prefix = f"{path.name}-seed"
+        found = {int(p.name[len(prefix):]): p for p in path.parent.glob(f"{prefix}*")
+                 if (p / "config.json").is_file() and p.name[len(prefix):].isdigit()}
+    if not found:
+        raise FileNotFoundError(f"{path}: not a run directory (no config.json), no "
+                                f"seed-<s>/ runs in it and no {path.name}-seed<s> runs beside "
+                                f"it")
+    return {f"seed-{s}": found[s] for s in sorted(found)}
 
 
 def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
@@ -174,8 +206,18 @@ def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
     return result
 
 
+def _tested_files(run: Path) -> dict[str, Any]:
+    """The test files a run recorded: its fingerprint's, else its test-hits record's (an
+    exported run keeps only the latter)."""
+    files = tested_files(run)
+    if not files:
+        rec = hits_record.read(run)
+        files = {} if rec is None else rec.get("test_files", {})
+    return files
+
+
 def _check_same_test(run_a: Path, run_b: Path, a: dict[str, Any], b: dict[str, Any]) -> None:
-    files_a, files_b = tested_files(run_a), tested_files(run_b)
+    files_a, files_b = _tested_files(run_a), _tested_files(run_b)
     differ = sorted(k for k in set(files_a) & set(files_b) if files_a[k] != files_b[k])
     if differ:
         raise ValueError(f"{run_a} and {run_b} were tested on other texts: "

@@ -1,5 +1,6 @@
-"""A run's end, after its last round: the Ap phase (Eq. 16) and the report (``report.json``,
-``report.md``, the Ap_t lines of ``metrics.jsonl``).
+"""A run's end, after its last round: the Ap phase (Eq. 16), the report (``report.json``,
+``report.md``, the Ap_t lines of ``metrics.jsonl``) and the test-hits record
+(``test_hits.json``, :mod:`fedjax_sc.run.hits`).
 
 In a run of several processes every process runs the Ap phase on its default device, from
 host copies of the states (:func:`fedjax_sc.core.sharding.local`): on its own clients when it
@@ -19,10 +20,10 @@ from fedjax_sc import streams
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.core import communication, personalize
 from fedjax_sc.core.evaluate import accuracy_list, mean_accuracy
-from fedjax_sc.run import loading, rundir
+from fedjax_sc.run import hits, loading, rundir
 from fedjax_sc.run.config import TrainConfig
 from fedjax_sc.run.report import dp_report, environment, format_table, make_report
-from fedjax_sc.run.setup import Setup
+from fedjax_sc.run.setup import Setup, global_params, tested_files
 from fedjax_sc.run.tracking import Tracker
 
 
@@ -67,6 +68,10 @@ def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, tr
         report["dp"] = dp_report(c, scene)
         log(f"DP-SGD: {report['dp']['note']}")
     rundir.write_text(out / "report.json", json.dumps(report, indent=2))
+    # which test reviews the final models get right: paired comparisons without checkpoints
+    hits.write(out, hits.record(scene, algorithm, global_params(setup, state.params),
+                                state.params, client_states.private, test_data, mode,
+                                c.rounds, tested_files(out)))
     table = format_table(report) + ("" if comm is None else
                                      "\n\n" + communication.describe(comm))
     rundir.write_text(out / "report.md", table + "\n")

@@ -37,7 +37,7 @@ from fedjax_sc.run.reproduce import (
     run_dir,
 )
 
-SMALL_FILES = ("config.json", "metrics.jsonl", "report.json", "report.md")
+SMALL_FILES = ("config.json", "metrics.jsonl", "report.json", "report.md", "test_hits.json")
 """What a run keeps in the repository (no checkpoints, no vocabulary)."""
 
 RUNS_OF = {"table2": "table3"}

@@ -1,6 +1,7 @@
 """fedjax-sc compare: paired Ag difference of two runs on the same test examples."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -66,7 +67,7 @@ def test_compare_personalised_models_and_the_errors(runs, tmp_path, capsys):
     assert cli.main(["compare", str(a_dir), str(a_dir), "--resamples", "20"]) == 0
     assert "| **Ag** |" in capsys.readouterr().out
     assert cli.main(["compare", str(a_dir), str(tmp_path / "none")]) == 1
-    assert "not a run directory (no config.json) and no seed-<s>/ runs" in (
+    assert "not a run directory (no config.json), no seed-<s>/ runs in it" in (
         capsys.readouterr().err)
     assert cli.main(["compare", str(a_dir), str(a_dir), "--level", "nan"]) == 1
 
@@ -134,3 +135,52 @@ def test_private_embedding_check_reads_the_runs_own_figures(tmp_path):
     proc = subprocess.run([sys.executable, str(weights), str(out), "999"], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode != 0 and "no checkpoint of round 999" in proc.stderr, proc.stderr
+
+
+def _copy_without_checkpoints(run, dest):
+    shutil.copytree(run, dest, ignore=shutil.ignore_patterns("checkpoints"))
+    return dest
+
+
+def test_runs_record_their_test_hits_and_compare_reads_them_without_checkpoints(
+        runs, tmp_path, capsys):
+    (a_dir, a), b_dir, (p_dir, p) = runs["fedavg"], runs["kteps"][0], runs["fedper"]
+    record = json.loads((a_dir / "test_hits.json").read_text())
+    assert record["round"] == 2 and list(record["models"]) == ["global"]
+    assert [sum(map(int, record["models"]["global"][c["client"]])) / len(record["labels"][
+        c["client"]]) for c in a["clients"]] == pytest.approx([c["Ag"] for c in a["clients"]])
+    fedper = json.loads((p_dir / "test_hits.json").read_text())
+    assert list(fedper["models"]) == ["personal (full)"]  # no global model
+    # the record as the checkpoint makes it: the same file
+    kept = (a_dir / "test_hits.json").read_text()
+    (a_dir / "test_hits.json").unlink()
+    assert cli.main(["results", "hits", str(a_dir)]) == 0
+    assert (a_dir / "test_hits.json").read_text() == kept
+    # from the checkpoints (no record) and from the records alone (no checkpoints): the same
+    from_ckpt = {}
+    for name, run in (("a", a_dir), ("b", b_dir)):
+        bare = tmp_path / f"ckpt-{name}"
+        shutil.copytree(run, bare)
+        (bare / "test_hits.json").unlink()
+        from_ckpt[name] = bare
+    r1 = compare(from_ckpt["a"], from_ckpt["b"], resamples=300, log=_quiet)
+    r2 = compare(_copy_without_checkpoints(a_dir, tmp_path / "x-seed0"),
+                 _copy_without_checkpoints(b_dir, tmp_path / "y-seed0"), resamples=300,
+                 log=_quiet)
+    for k in ("diff", "low", "high", "Ag_a", "Ag_b", "disagree"):
+        assert r1[k] == pytest.approx(r2[k]), k
+    np.testing.assert_allclose(r1["per_client"], r2["per_client"])
+    # exported runs named by their method's prefix pair by seed as a store's folders do
+    r3 = compare(tmp_path / "x", tmp_path / "y", resamples=300, log=_quiet)
+    assert r3["diff"] == pytest.approx(r2["diff"]) and r3["seeds"] == []
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        compare(tmp_path / "x-seed0", tmp_path / "y-seed0", at_round=1, log=_quiet)
+    # a personalised record read back: FedPer against KTEPS's personalised models
+    r4 = compare(_copy_without_checkpoints(p_dir, tmp_path / "p"), b_dir, personal=True,
+                 resamples=50, log=_quiet)
+    np.testing.assert_allclose(r4["per_client_a"], [c["personal"] for c in p["clients"]],
+                               atol=1e-6)
+    with pytest.raises(ValueError, match="fedper has no global model"):
+        compare(tmp_path / "p", b_dir, log=_quiet)
+    assert cli.main(["results", "hits"]) == 1
+    assert "name the run folders" in capsys.readouterr().err

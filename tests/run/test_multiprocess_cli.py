@@ -95,13 +95,15 @@ def _train(out: Path, procs: int, devices: int, *extra: str, **start) -> list[st
 
 
 def _figures(out: Path) -> dict:
-    """report.json and the lines of metrics.jsonl without what measures the machine."""
+    """report.json, the lines of metrics.jsonl (without what measures the machine) and the
+    test-hits record (gathered from every process's share of the clients)."""
     def strip(x):
         if isinstance(x, dict):
             return {k: strip(v) for k, v in x.items() if k not in TIMING}
         return [strip(v) for v in x] if isinstance(x, list) else x
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    return strip({"report": json.loads((out / "report.json").read_text()), "metrics": rows})
+    return strip({"report": json.loads((out / "report.json").read_text()), "metrics": rows,
+                  "hits": json.loads((out / "test_hits.json").read_text())})
 
 
 def _assert_same(a, b, where="") -> None:

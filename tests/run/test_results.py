@@ -2,6 +2,8 @@
 
 import json
 
+import numpy as np
+
 from fedjax_sc.run.cli import main
 from fedjax_sc.run.reproduce import run_dir
 
@@ -21,7 +23,8 @@ def test_export_keeps_small_files_and_render_needs_nothing_else(tmp_path, capsys
     assert main(export) == 0
     run = dest / "synthetic" / "table3" / "fedavg-seed0"
     assert sorted(p.name for p in run.iterdir()) == ["config.json", "metrics.jsonl",
-                                                       "report.json", "report.md"]
+                                                       "report.json", "report.md",
+                                                       "test_hits.json"]
     report = json.loads((run / "report.json").read_text())
     md = (dest / "synthetic" / "table3.md").read_text()
     avg = next(line for line in md.splitlines() if line.startswith("| **Avg**"))
@@ -106,3 +109,33 @@ def test_a_grid_table_renders_from_results_with_a_running_run(tmp_path, capsys):
     text = capsys.readouterr().out
     assert row(text).count("running: round 1/1") == 2
     assert "| kteps_star | " in text  # Ag by round
+
+
+def test_later_seeds_train_and_export_alone_beside_an_exported_seed_0(tmp_path, capsys):
+    # seed 0 exported from one store; seed 1 trained in another (as on a later machine)
+    first, later, dest = tmp_path / "first", tmp_path / "later", tmp_path / "results"
+    export = ["results", "export", "--table", "table3", "--scene", "synthetic", "--methods",
+              "fedavg", "--dest", str(dest), "--no-plots"]
+    assert main(["reproduce", "table3", *TINY, "--methods", "fedavg", "--out", str(first)]) == 0
+    assert main([*export, "--store", str(first)]) == 0
+    assert main(["reproduce", "table3", *TINY, "--methods", "fedavg", "--seeds", "1",
+                 "--first-seed", "1", "--out", str(later)]) == 0
+    assert not run_dir(later, "synthetic", "fedavg", 0).exists()  # seed 0 not retrained
+    seed1 = json.loads((run_dir(later, "synthetic", "fedavg", 1) / "config.json").read_text())
+    assert seed1["seed"] == 1
+    capsys.readouterr()
+    assert main([*export, "--store", str(later), "--first-seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "fedavg seed 1: 1 rounds, finished" in out
+    assert sorted(p.name for p in (dest / "synthetic" / "table3").iterdir()) == [
+        "fedavg-seed0", "fedavg-seed1"]
+    ags = [100 * json.loads((dest / f"synthetic/table3/fedavg-seed{s}/report.json")
+                            .read_text())["Ag"] for s in (0, 1)]
+    avg = next(x for x in out.splitlines() if x.startswith("| fedavg | 1 / 1 |"))
+    assert avg.startswith("| fedavg | 1 / 1 | 2 / 2 | ")
+    assert f"{np.mean(ags):.1f} +- {np.std(ags, ddof=1):.1f}" in avg
+    assert "seeds 0, 1" in out
+    # seed 0 is not in the later store: exporting it from there names the missing folder
+    assert main([*export, "--store", str(later)]) == 1
+    assert "seed-0: no metrics.jsonl" in capsys.readouterr().err
+    assert main([*export, "--store", str(later), "--first-seed", "-1"]) == 1
