@@ -233,7 +233,10 @@ def paired_ag_difference(hits_a: Any, hits_b: Any, mask: Any, resamples: int = 1
     Args:
       hits_a, hits_b: bool ``[K, n]`` (one model a side) or ``[S, K, n]`` (S seeds a side,
         paired by index), True where the model classifies client k's test example i
-        correctly (:func:`make_example_hits`).
+        correctly (:func:`make_example_hits`); or float scores in [0, 1] of the same shape,
+        e.g. the share of the Ap phase's evaluations that get the example right
+        (:attr:`fedjax_sc.core.personalize.Personalization.correct` / n_Z), for Ap (Eq. 16)
+        in place of Ag.
       mask: bool ``[K, n]``, True at real examples. Clients without any are left out.
       resamples: bootstrap draws.
       seed: the NumPy seed of the draws.
@@ -243,7 +246,8 @@ def paired_ag_difference(hits_a: Any, hits_b: Any, mask: Any, resamples: int = 1
       ``{"diff": float, "low": float, "high": float, "per_client": float [K] (mean over
       seeds; NaN where no test example), "per_seed": float [S] (each pair's difference),
       "wins": int (clients where A is ahead), "losses": int, "ties": int, "disagree": int
-      (examples exactly one model gets right, summed over the seeds), "resamples",
+      (examples the two score differently: exactly one model gets them right, with bool
+      hits; summed over the seeds), "resamples",
       "level"}``; differences are fractions (multiply by 100 for points).
 
     Raises:
@@ -251,7 +255,8 @@ def paired_ag_difference(hits_a: Any, hits_b: Any, mask: Any, resamples: int = 1
         ``level`` is not in (0, 1).
     """
     check_bootstrap(resamples, level)
-    a, b, m = (np.asarray(x, dtype=bool) for x in (hits_a, hits_b, mask))
+    m = np.asarray(mask, dtype=bool)
+    a, b = (np.asarray(x, dtype=np.float64) for x in (hits_a, hits_b))
     a, b = (x[None] if x.ndim == 2 else x for x in (a, b))
     if not a.shape == b.shape or a.shape[1:] != m.shape or a.ndim != 3:
         raise ValueError(f"hits must share one [K, n] or [S, K, n] shape and mask be [K, n], "
@@ -259,8 +264,10 @@ def paired_ag_difference(hits_a: Any, hits_b: Any, mask: Any, resamples: int = 1
     counts = m.sum(1)
     if not counts.any():
         raise ValueError("no client has a test example")
+    if not (np.all((a >= 0) & (a <= 1)) and np.all((b >= 0) & (b <= 1))):
+        raise ValueError("hits must be bool or scores in [0, 1]")
     pairs = a.shape[0]
-    delta = (a & m).astype(np.float64) - (b & m).astype(np.float64)  # [S, K, n]
+    delta = np.where(m, a, 0.0) - np.where(m, b, 0.0)  # [S, K, n]
     per_seed_client = np.where(counts > 0, delta.sum(2) / np.maximum(counts, 1), np.nan)
     per_client = per_seed_client.mean(0)
     rng = np.random.default_rng(seed)
@@ -285,7 +292,7 @@ def paired_ag_difference(hits_a: Any, hits_b: Any, mask: Any, resamples: int = 1
             "per_seed": [float(np.nanmean(x)) for x in per_seed_client],
             "wins": int((ahead > 0).sum()),
             "losses": int((ahead < 0).sum()), "ties": int((ahead == 0).sum()),
-            "disagree": int(np.abs(delta).sum()), "resamples": resamples, "level": level}
+            "disagree": int((delta != 0).sum()), "resamples": resamples, "level": level}
 
 
 def check_bootstrap(resamples: int, level: float) -> None:

@@ -29,7 +29,7 @@ import optax
 
 from fedjax_sc.algorithms import copies, masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, bind
-from fedjax_sc.core.evaluate import count_correct, mean_accuracy
+from fedjax_sc.core.evaluate import example_hits, mean_accuracy
 from fedjax_sc.core.local import epoch_order, local_steps
 from fedjax_sc.core.round import (
     TABLE_PATHS,
@@ -56,10 +56,16 @@ class Personalization(NamedTuple):
       curve: ``{mode: float32 [num_clients, n_Z + 1]}`` test accuracy per inference mode;
         column 0 before fine-tuning, column t after t * z steps.
       steps_per_eval: z.
+      correct: ``{mode: int32 [num_clients, max_examples]}``, per test example the number of
+        the n_Z evaluations (t = 1..n_Z; t = 0 alone when n_Z = 0) that classify it correctly
+        (0 at padding): ``correct / n_Z`` averaged over a client's real examples is its Ap^k,
+        the per-example record a paired comparison of two methods' Ap needs
+        (:func:`fedjax_sc.core.evaluate.paired_ag_difference`). None where not recorded.
     """
 
     curve: dict[str, np.ndarray]
     steps_per_eval: int
+    correct: dict[str, np.ndarray] | None = None
 
     def ap_per_client(self, mode: str) -> np.ndarray:
         """Ap^k (Eq. 16): float ``[num_clients]``, the mean of columns 1..n_Z (column 0 when
@@ -124,13 +130,15 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
         count = jnp.sum(mask)
         num_batches = jnp.maximum((count + batch_size - 1) // batch_size, 1)
 
-        def accuracy(work):
+        def accuracy(work):  # (accuracy, which examples are right) per mode
             params = scatter_rows(work, full, ids, vmask, tables)
-            hits = count_correct(predict, params, test_tokens, test_labels, test_mask,
-                                 eval_batch_size)
+            hits = example_hits(predict, params, test_tokens, test_labels, test_mask,
+                                eval_batch_size)
             n = jnp.sum(test_mask).astype(jnp.float32)  # no test example: NaN, no accuracy
-            return jax.tree.map(lambda c: jnp.where(n > 0, c.astype(jnp.float32)
-                                                    / jnp.maximum(n, 1.0), jnp.nan), hits)
+            acc = jax.tree.map(lambda h: jnp.where(
+                n > 0, jnp.sum(h, dtype=jnp.int32).astype(jnp.float32) / jnp.maximum(n, 1.0),
+                jnp.nan), hits)
+            return acc, hits
 
         def step(work, t):
             e, j = t // num_batches, t % num_batches
@@ -146,9 +154,13 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
             carry, _ = local_steps(step, optimizer, *carry, t, real)
             return carry, accuracy(carry[0])
 
-        before = accuracy(work)
-        _, after = jax.lax.scan(chunk, (work, optimizer.init(work)), jnp.arange(num_evals))
-        return jax.tree.map(lambda b, a: jnp.concatenate([b[None], a]), before, after)
+        before, before_hits = accuracy(work)
+        _, (after, hits) = jax.lax.scan(chunk, (work, optimizer.init(work)),
+                                        jnp.arange(num_evals))
+        curve = jax.tree.map(lambda b, a: jnp.concatenate([b[None], a]), before, after)
+        correct = jax.tree.map(lambda b, h: (jnp.sum(h, 0, dtype=jnp.int32) if num_evals
+                                             else b.astype(jnp.int32)), before_hits, hits)
+        return curve, correct
 
     def run(state: ServerState, client_states: ClientStates, train: ClientData,
             test: ClientData, rng: jax.Array, first: jax.Array):
@@ -173,7 +185,8 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
         if train.num_clients != test.num_clients:
             raise ValueError(f"train has {train.num_clients} clients, test "
                              f"{test.num_clients}")
-        curve = compiled(state, client_states, train, test, rng, jnp.int32(first))
-        return Personalization({k: np.asarray(v) for k, v in curve.items()}, steps_per_eval)
+        curve, correct = compiled(state, client_states, train, test, rng, jnp.int32(first))
+        return Personalization({k: np.asarray(v) for k, v in curve.items()}, steps_per_eval,
+                               {k: np.asarray(v) for k, v in correct.items()})
 
     return personalize

@@ -85,7 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     x.add_argument("runs", nargs="*", metavar="RUN",
                    help="export --csv: run folders whose metrics go into one tidy CSV; hits: "
                    "run folders with checkpoints that lack test_hits.json (runs that ended "
-                   "before training wrote it), for fedjax-sc compare without checkpoints")
+                   "before training wrote it), for fedjax-sc compare without checkpoints; "
+                   "the run's Ap phase is redone from its last checkpoint (minutes on FDU)")
     x.add_argument("--csv", metavar="FILE", help="export: write the runs' per-round, "
                    "per-client metrics as one tidy CSV (run, phase, round, t, client, metric, "
                    "value; for pandas)")
@@ -120,6 +121,10 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--personal", action="store_true",
                    help="compare the personalised models before fine-tuning (shared + "
                    "private leaves), e.g. for FedPer (default: off, the global models)")
+    m.add_argument("--ap", action="store_true",
+                   help="compare Ap: the Ap phase's fine-tuned models, per test example the "
+                   "share of the n_Z evaluations that get it right (from the runs' "
+                   "test_hits.json; default: off, Ag)")
     m.add_argument("--round", dest="at_round", type=int,
                    help="the checkpoints' round (default: each run's test_hits.json, else "
                    "its last checkpoint)")

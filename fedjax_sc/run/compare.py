@@ -20,7 +20,9 @@ the test examples (a two-level bootstrap), so it holds both sources of chance.
 The models compared are the global ones (Ag) by default; ``personal=True`` compares the
 personalised models before fine-tuning (shared leaves + each client's private leaves, the
 run's Ap mode), the only choice for a method without a global model (FedPer, LG-FedAvg,
-Indiv, ...). The Ap phase's fine-tuned models are not saved, so Ap is not compared here.
+Indiv, ...); ``ap=True`` compares Ap (Eq. 16), the Ap phase's fine-tuned models: the record
+holds, per test example, how many of the n_Z evaluations get it right, and Ap^k is the mean
+of those shares over the client's examples, so the same paired bootstrap applies to them.
 """
 
 from __future__ import annotations
@@ -30,17 +32,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sc.core.evaluate import accuracy_list, check_bootstrap, paired_ag_difference
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.run import hits as hits_record
-from fedjax_sc.run import rundir
+from fedjax_sc.run import loading, rundir
 from fedjax_sc.run.setup import global_params, restore_run, tested_files
 
 
-def run_hits(out: str | Path, personal: bool = False, at_round: int | None = None
-             ) -> dict[str, Any]:
+def run_hits(out: str | Path, personal: bool = False, at_round: int | None = None,
+             ap: bool = False) -> dict[str, Any]:
     """Which test examples the model of the run in ``out`` classifies correctly.
 
     Read from the run's ``test_hits.json`` (:mod:`fedjax_sc.run.hits`, written when the run
@@ -52,6 +56,9 @@ def run_hits(out: str | Path, personal: bool = False, at_round: int | None = Non
       personal: compare the personalised model (shared + private leaves, the run's Ap mode)
         instead of the global one.
       at_round: the checkpoint's round (default: the record's, else the last saved).
+      ap: the Ap phase's fine-tuned models instead (Eq. 16): ``hits`` is then each
+        example's share of the n_Z evaluations that get it right (float64). Read from the
+        record only (``fedjax-sc results hits RUN`` makes it from the last checkpoint).
 
     Returns:
       ``{"out", "algorithm", "round", "model" (a description), "clients": [K names],
@@ -62,9 +69,19 @@ def run_hits(out: str | Path, personal: bool = False, at_round: int | None = Non
       FileNotFoundError: not a run directory, or neither a record nor a checkpoint (at
         ``at_round``).
       ValueError: the run's method has no global model and ``personal`` is False, or has no
-        private leaves and ``personal`` is True.
+        private leaves and ``personal`` is True; with ``ap``, no record with the Ap phase.
     """
     rec = hits_record.read(out)
+    if ap:
+        if rec is None or at_round not in (None, rec["round"]):
+            raise ValueError(f"{out}: no {hits_record.FILE} of round {at_round or 'last'}: "
+                             f"the Ap phase's models are recorded when a run ends; `fedjax-sc "
+                             f"results hits {out}` redoes it from the last checkpoint")
+        algorithm = rundir.read_json(Path(out) / "config.json").get("algorithm")
+        return {"out": str(out), "algorithm": algorithm, "round": rec["round"],
+                "model": f"Ap ({rec.get('ap', {}).get('mode')}), fine-tuned",
+                "clients": list(rec["clients"]),
+                **hits_record.arrays(rec, hits_record.AP, str(Path(out) / hits_record.FILE))}
     if rec is None or at_round not in (None, rec["round"]):
         rec = checkpoint_record(out, at_round)
     algorithm = rundir.read_json(Path(out) / "config.json").get("algorithm")
@@ -83,28 +100,54 @@ def run_hits(out: str | Path, personal: bool = False, at_round: int | None = Non
             **hits_record.arrays(rec, model, str(Path(out) / hits_record.FILE))}
 
 
-def checkpoint_record(out: str | Path, at_round: int | None = None) -> dict[str, Any]:
+def checkpoint_record(out: str | Path, at_round: int | None = None, ap: bool = False,
+                      log: Callable[[str], None] = print) -> dict[str, Any]:
     """The test-hits record (:mod:`fedjax_sc.run.hits`) of the run in ``out`` made from its
     checkpoint of round ``at_round`` (default: the last saved).
+
+    Args:
+      ap: redo the run's Ap phase from the checkpoint (the run's settings and randomness, as
+        when it ended: minutes on FDU-MTL) and record its fine-tuned models too; the Ap it
+        gives is checked against the run's ``report.json`` (equal on the machine that made
+        it; ``log`` says by how much it differs where another machine rounds differently).
 
     Raises:
       FileNotFoundError, ValueError, CheckpointError: as :func:`restore_run`.
     """
     c, scene, setup, step, state, client_states = restore_run(out, at_round)
-    mode = c.ap_mode or setup.algorithm.default_mode
-    return hits_record.record(scene, setup.algorithm, global_params(setup, state.params),
-                              state.params, client_states.private, client_data(scene.test),
-                              mode, step, tested_files(out))
+    algorithm = setup.algorithm
+    mode = c.ap_mode or algorithm.default_mode
+    test = client_data(scene.test)
+    phase = None
+    if ap and c.ap:
+        from fedjax_sc.run.finish import personalize_phase
+        if algorithm.central is not None:
+            scene = loading.whole(c, scene, log)
+        train = jax.tree.map(jnp.asarray, loading.train_split(scene, c.local_vocab))
+        phase = personalize_phase(c, algorithm, state, client_states, train, test,
+                                  setup.root, log, scene)
+        report = Path(out) / "report.json"
+        saved = rundir.read_json(report).get("Ap") if report.is_file() else None
+        if saved is not None and step == c.rounds:
+            log(f"{out}: Ap {phase.ap(mode):.6f} redone, {saved:.6f} in report.json"
+                + ("" if phase.ap(mode) == saved else
+                   f" ({100 * (phase.ap(mode) - saved):+.3f} points: another machine or "
+                   f"build rounds differently)"))
+    return hits_record.record(scene, algorithm, global_params(setup, state.params),
+                              state.params, client_states.private, test, mode, step,
+                              tested_files(out), phase)
 
 
-def write_run_hits(out: str | Path) -> Path:
+def write_run_hits(out: str | Path, ap: bool = True, log: Callable[[str], None] = print
+                   ) -> Path:
     """Writes ``test_hits.json`` into the run folder ``out`` from its last checkpoint (for a
-    run that ended before the record existed); returns its path.
+    run that ended before the record existed), the Ap phase redone unless ``ap`` is False
+    (see :func:`checkpoint_record`); returns its path.
 
     Raises:
       FileNotFoundError, ValueError, CheckpointError: as :func:`restore_run`.
     """
-    return hits_record.write(out, checkpoint_record(out))
+    return hits_record.write(out, checkpoint_record(out, ap=ap, log=log))
 
 
 def seed_runs(path: str | Path) -> dict[str, Path]:
@@ -137,10 +180,10 @@ def seed_runs(path: str | Path) -> dict[str, Path]:
 def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
             at_round: int | None = None, resamples: int = 10_000, seed: int = 0,
             level: float = 0.95, json_path: str | Path | None = None,
-            log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Ag(A) - Ag(B) of two runs, or of two methods over paired seeds, on the same test
-    examples, with its paired bootstrap interval and the per-client differences (see the
-    module docstring).
+            log: Callable[[str], None] = print, ap: bool = False) -> dict[str, Any]:
+    """Ag(A) - Ag(B) (or Ap(A) - Ap(B) with ``ap``) of two runs, or of two methods over
+    paired seeds, on the same test examples, with its paired bootstrap interval and the
+    per-client differences (see the module docstring).
 
     Args:
       run_a, run_b: run directories, or folders of seed runs (``<store>/<scene>/<method>``:
@@ -150,12 +193,16 @@ def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
         examples.
       personal: compare personalised models (see :func:`run_hits`).
       at_round: the checkpoints' round (default: each run's last saved).
+      ap: compare the Ap phase's fine-tuned models, per example the share of the n_Z
+        evaluations that get it right (from the runs' records, :func:`run_hits`); the
+        result's ``Ag_*`` entries then hold Ap (``metric`` says which).
       resamples, seed, level: the bootstrap (:func:`paired_ag_difference`).
       json_path: where to write the result as JSON as well (optional).
       log: where the table goes (Markdown).
 
     Returns:
-      ``{"a": {...}, "b": {...}, "seeds": [...], "clients": [...], "Ag_a", "Ag_b",
+      ``{"a": {...}, "b": {...}, "metric": "Ag" or "Ap", "seeds": [...], "clients": [...],
+      "Ag_a", "Ag_b",
       "per_client_a", "per_client_b", "per_seed_a", "per_seed_b"}`` plus the keys of
       :func:`paired_ag_difference`; accuracies and differences as fractions, Ag and the
       per-client figures as means over the seeds.
@@ -171,8 +218,11 @@ def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
         name = lambda r: ", ".join(r) or "one run"
         raise ValueError(f"{run_a} holds {name(runs_a)} and {run_b} holds {name(runs_b)}: a "
                          f"paired comparison needs the same seeds on both sides")
-    pairs = [(run_hits(runs_a[s], personal, at_round), run_hits(runs_b[s], personal, at_round))
-             for s in runs_a]
+    if ap and personal:
+        raise ValueError("--ap compares the fine-tuned models; --personal those before "
+                         "fine-tuning: give one of them")
+    pairs = [(run_hits(runs_a[s], personal, at_round, ap),
+              run_hits(runs_b[s], personal, at_round, ap)) for s in runs_a]
     first = pairs[0][0]
     for s, (a, b) in zip(runs_a, pairs):
         _check_same_test(runs_a[s], runs_b[s], a, b)
@@ -180,8 +230,8 @@ def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
             _check_same_test(runs_a[next(iter(runs_a))], runs_a[s], first, a)
     mask = first["mask"]
     counts = mask.sum(1)
-    accuracy = lambda r: np.where(counts > 0, (r["hits"] & mask).sum(1) / np.maximum(counts, 1),
-                                  np.nan)
+    accuracy = lambda r: np.where(counts > 0, np.where(mask, r["hits"], 0).sum(1)
+                                  / np.maximum(counts, 1), np.nan)
     acc = {side: np.stack([accuracy(pair[i]) for pair in pairs])
            for i, side in enumerate(("a", "b"))}
     stats = paired_ag_difference(np.stack([a["hits"] for a, _ in pairs]),
@@ -191,7 +241,8 @@ def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
                       **{k: pairs[0][i][k] for k in ("algorithm", "model")},
                       "round": [pair[i]["round"] for pair in pairs] if len(pairs) > 1
                       else pairs[0][i]["round"]}
-    result = {"a": side(0), "b": side(1), "seeds": list(runs_a) if len(pairs) > 1 else [],
+    result = {"a": side(0), "b": side(1), "metric": "Ap" if ap else "Ag",
+              "seeds": list(runs_a) if len(pairs) > 1 else [],
               "clients": first["clients"], "counts": counts.tolist(),
               "Ag_a": float(np.nanmean(acc["a"])), "Ag_b": float(np.nanmean(acc["b"])),
               "per_client_a": acc["a"].mean(0), "per_client_b": acc["b"].mean(0),
@@ -234,8 +285,8 @@ def _check_same_test(run_a: Path, run_b: Path, a: dict[str, Any], b: dict[str, A
 
 def format_comparison(r: dict[str, Any]) -> str:
     """Markdown: one row per client (A, B, A - B in points; means over the seeds) and the Ag
-    row with its interval, with several seeds each pair's Ag, then the wins and the number
-    of examples the models disagree on."""
+    (or Ap) row with its interval, with several seeds each pair's, then the wins and the
+    number of examples the models score differently."""
     pts = lambda x: "n/a" if np.isnan(x) else f"{100 * x:.1f}"
     diff = lambda x: "n/a" if np.isnan(x) else f"{100 * x:+.1f}"
     seeds = r.get("seeds") or []
@@ -249,10 +300,11 @@ def format_comparison(r: dict[str, Any]) -> str:
         lines.append(f"| {client} | {r['counts'][k]} | {pts(r['per_client_a'][k])} | "
                      f"{pts(r['per_client_b'][k])} | {diff(r['per_client'][k])} |")
     level = round(100 * r["level"])
-    lines.append(f"| **Ag** | {sum(r['counts'])} | {pts(r['Ag_a'])} | {pts(r['Ag_b'])} | "
+    metric = r.get("metric", "Ag")
+    lines.append(f"| **{metric}** | {sum(r['counts'])} | {pts(r['Ag_a'])} | {pts(r['Ag_b'])} | "
                  f"{diff(r['diff'])} ({level}% CI {diff(r['low'])} to {diff(r['high'])}) |")
     if seeds:
-        lines += ["", "| seed | Ag A | Ag B | A - B |", "|---|---:|---:|---:|"]
+        lines += ["", f"| seed | {metric} A | {metric} B | A - B |", "|---|---:|---:|---:|"]
         lines += [f"| {s} | {pts(a)} | {pts(b)} | {diff(d)} |" for s, a, b, d in
                   zip(seeds, r["per_seed_a"], r["per_seed_b"], r["per_seed"])]
         spread = np.std(np.asarray(r["per_seed"]), ddof=1)
@@ -265,6 +317,6 @@ def format_comparison(r: dict[str, Any]) -> str:
                    f"({r['resamples']:,} draws); it does not include the spread over training "
                    f"seeds.")
     lines += ["", f"A ahead on {r['wins']} clients, B on {r['losses']}, tied on {r['ties']}; "
-              f"the models disagree on {r['disagree']:,} test examples"
+              f"the models score {r['disagree']:,} test examples differently"
               f"{' (summed over the seeds)' if seeds else ''}. " + caption]
     return "\n".join(lines)

@@ -71,7 +71,7 @@ def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, tr
     # which test reviews the final models get right: paired comparisons without checkpoints
     hits.write(out, hits.record(scene, algorithm, global_params(setup, state.params),
                                 state.params, client_states.private, test_data, mode,
-                                c.rounds, tested_files(out)))
+                                c.rounds, tested_files(out), ap))
     table = format_table(report) + ("" if comm is None else
                                      "\n\n" + communication.describe(comm))
     rundir.write_text(out / "report.md", table + "\n")
@@ -101,7 +101,8 @@ def personalize_phase(c: TrainConfig, algorithm, state, client_states, train_dat
     result = run(state, client_states, train_data, test_data,
                  jax.random.fold_in(root, streams.AP), 0 if share is None else share[0])
     if share is not None:
-        result = result._replace(curve=loading.gather_clients(result.curve, scene))
+        result = result._replace(curve=loading.gather_clients(result.curve, scene),
+                                 correct=loading.gather_clients(result.correct, scene))
     mode = c.ap_mode or algorithm.default_mode
     log(f"Ap phase: {c.ap_evals} x {c.ap_steps} fine-tuning steps at lr {lr:g} in "
         f"{time.perf_counter() - t0:.1f} s; Ap ({mode}) {result.ap(mode):.4f}; "

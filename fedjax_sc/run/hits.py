@@ -15,12 +15,17 @@ The file (JSON)::
     {"round": R, "clients": [K names], "test_files": {name: {size, sha256}},
      "labels": {client: [int, ...]},           # the real test examples, in order
      "models": {"global": {client: "0110..."},  # "1": classified correctly
-                "personal (sp)": {client: "..."}}}
+                "personal (sp)": {client: "..."}},
+     "ap": {"mode": "sp", "evaluations": n_Z,   # the Ap phase's fine-tuned models:
+            "correct": {client: [int, ...]}}}   # per example, of the n_Z evaluations
 
 ``global`` is absent for a method without a global model (FedPer, LG-FedAvg, Indiv, ...),
 ``personal (<mode>)`` for one without private leaves (its personalised model is the global
 one). The personalised models are those before the Ap phase's fine-tuning, in the run's Ap
-mode (the fine-tuned models are not kept).
+mode. ``ap`` (absent for a run without the Ap phase) counts, per test example, the Ap
+phase's evaluations (t = 1..n_Z, Eq. 16) that classify it correctly: ``correct / n_Z``
+averaged over a client's examples is its Ap^k, so two methods' Ap compare pairwise as their
+Ag do.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ def personal_key(mode: str) -> str:
 
 
 def record(scene, algorithm, global_params, params, private, test, mode: str, at_round: int,
-           test_files: dict[str, Any]) -> dict[str, Any]:
+           test_files: dict[str, Any], ap=None) -> dict[str, Any]:
     """The record of one run's models (see the module docstring).
 
     Args:
@@ -59,6 +64,8 @@ def record(scene, algorithm, global_params, params, private, test, mode: str, at
       mode: the personalised models' inference mode (the run's Ap mode).
       at_round: the round the models are from.
       test_files: the test-split corpus files (name -> size and SHA-256) the run recorded.
+      ap: the Ap phase's :class:`~fedjax_sc.core.personalize.Personalization` of every
+        client (its ``correct`` gathered from every process), or None without one.
 
     Returns:
       The record as a JSON-ready dict.
@@ -71,24 +78,34 @@ def record(scene, algorithm, global_params, params, private, test, mode: str, at
     if private is not None and jax.tree.leaves(private):
         models[personal_key(mode)] = np.asarray(make_personal_evaluate(
             algorithm.predict, hits=True)((params, loading.rows(private, scene)), test)[mode])
+    ap_correct = (None if ap is None or ap.correct is None else
+                  np.asarray(loading.rows(ap.correct[mode], scene)))
     first = 0 if scene.share is None else scene.share[0]
     names = scene.client_names
-    share = {"labels": {}, "models": {k: {} for k in models}}
+    share: dict[str, Any] = {"labels": {}, "models": {k: {} for k in models}, "ap": {}}
     for i in range(mask.shape[0]):
         real = mask[i]
         client = names[first + i]
         share["labels"][client] = labels[i][real].astype(int).tolist()
         for k, hits in models.items():
             share["models"][k][client] = "".join("1" if h else "0" for h in hits[i][real])
-    merged: dict[str, Any] = {"labels": {}, "models": {k: {} for k in models}}
+        if ap_correct is not None:
+            share["ap"][client] = ap_correct[i][real].astype(int).tolist()
+    merged: dict[str, Any] = {"labels": {}, "models": {k: {} for k in models}, "ap": {}}
     for part in processes.allgather_json(share):
-        merged["labels"].update(part["labels"])
+        for key in ("labels", "ap"):
+            merged[key].update(part[key])
         for k in models:
             merged["models"][k].update(part["models"][k])
     order = list(names)
-    return {"round": int(at_round), "clients": order, "test_files": test_files,
-            "labels": {c: merged["labels"][c] for c in order},
-            "models": {k: {c: v[c] for c in order} for k, v in merged["models"].items()}}
+    out = {"round": int(at_round), "clients": order, "test_files": test_files,
+           "labels": {c: merged["labels"][c] for c in order},
+           "models": {k: {c: v[c] for c in order} for k, v in merged["models"].items()}}
+    if ap_correct is not None:
+        evaluations = max(int(next(iter(ap.curve.values())).shape[1]) - 1, 1)
+        out["ap"] = {"mode": mode, "evaluations": evaluations,
+                     "correct": {c: merged["ap"][c] for c in order}}
+    return out
 
 
 def write(out: str | Path, rec: dict[str, Any]) -> Path:
@@ -115,28 +132,42 @@ def read(out: str | Path) -> dict[str, Any] | None:
     return rec
 
 
+AP = "ap"
+"""The model name :func:`arrays` gives the Ap phase's fine-tuned models."""
+
+
 def arrays(rec: dict[str, Any], model: str, source: str = "") -> dict[str, np.ndarray]:
     """``hits``, ``mask`` (bool) and ``labels`` (int32), each ``[K, max_k n_k]``, of one model
-    of a record, padded at the end as :func:`fedjax_sc.data.client_data.client_data` pads.
+    of a record (a key of ``models``, or :data:`AP`), the real examples first, padding after.
+    ``hits`` is bool for a model, float64 in [0, 1] for :data:`AP` (the share of the n_Z
+    evaluations that classify the example correctly).
 
     Raises:
       ValueError: the record has no such model (names ``source``, e.g. the run folder, and
         the models it has), or a client's hits and labels differ in length.
     """
-    if model not in rec["models"]:
+    if model == AP:
+        if "ap" not in rec:
+            raise ValueError(f"{source or 'the record'}: no Ap phase in {FILE} (a run "
+                             f"without it, or recorded before the Ap phase was)")
+        per_client = rec["ap"]["correct"]
+        value = lambda x: np.asarray(x, np.float64) / rec["ap"]["evaluations"]
+    elif model in rec["models"]:
+        per_client = rec["models"][model]
+        value = lambda x: np.frombuffer(x.encode(), np.uint8) == ord("1")
+    else:
         raise ValueError(f"{source or 'the record'}: no {model} model in {FILE} (it has: "
-                         f"{', '.join(rec['models']) or 'none'})")
+                         f"{', '.join([*rec['models'], *([AP] if 'ap' in rec else [])])})")
     clients = rec["clients"]
     counts = [len(rec["labels"][c]) for c in clients]
     width = max(counts, default=0)
-    hits = np.zeros((len(clients), width), bool)
+    hits = np.zeros((len(clients), width), np.float64 if model == AP else bool)
     labels = np.zeros((len(clients), width), np.int32)
     for k, c in enumerate(clients):
-        bits = rec["models"][model][c]
-        if len(bits) != counts[k]:
-            raise ValueError(f"{source or 'the record'}: {FILE} has {len(bits)} hits and "
-                             f"{counts[k]} labels for client {c}")
-        hits[k, :counts[k]] = np.frombuffer(bits.encode(), np.uint8) == ord("1")
+        if len(per_client[c]) != counts[k]:
+            raise ValueError(f"{source or 'the record'}: {FILE} has {len(per_client[c])} "
+                             f"{model} entries and {counts[k]} labels for client {c}")
+        hits[k, :counts[k]] = value(per_client[c])
         labels[k, :counts[k]] = rec["labels"][c]
     mask = np.arange(width)[None, :] < np.asarray(counts)[:, None]
     return {"hits": hits, "mask": mask, "labels": labels}

@@ -235,7 +235,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
                 raise CheckpointError(f"--resume: no checkpoint in {out / 'checkpoints'} "
                                       f"restores intact (moved to corrupt-checkpoints/); start "
                                       f"afresh with --overwrite")
-            for name in ("report.json", "report.md"):  # rewritten when the run ends
+            for name in ("report.json", "report.md", "test_hits.json"):  # rewritten at the end
                 rundir.remove_file(out / name)
         elif m.overwrite and rundir.run_files(out):  # the new inputs are all checked
             rundir.remove_run(out)

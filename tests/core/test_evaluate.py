@@ -112,3 +112,27 @@ def test_paired_ag_difference_over_seeds_holds_the_seeds_spread():
         paired_ag_difference(a[0], b[0], mask, seed=5, resamples=300)["low"])
     with pytest.raises(ValueError, match=r"\[S, K, n\]"):
         paired_ag_difference(a, b[:2], mask)
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_paired_difference_of_scores_in_0_1_reduces_to_hits_and_averages_them(data):
+    a = data.draw(_HITS)
+    b = data.draw(hnp.arrays(bool, a.shape))
+    mask = np.ones(a.shape, bool)
+    # hits given as 0/1 scores: the same comparison, draw for draw
+    bools = paired_ag_difference(a, b, mask, resamples=100, seed=2)
+    floats = paired_ag_difference(a.astype(float), b.astype(float), mask, resamples=100, seed=2)
+    for k in ("diff", "low", "high", "wins", "losses", "ties", "disagree"):
+        assert bools[k] == pytest.approx(floats[k]), k
+    # shares of n evaluations (Ap): the mean of the per-evaluation comparisons
+    n = data.draw(st.integers(1, 5))
+    evals_a = data.draw(hnp.arrays(bool, (n, *a.shape)))
+    evals_b = data.draw(hnp.arrays(bool, (n, *a.shape)))
+    r = paired_ag_difference(evals_a.mean(0), evals_b.mean(0), mask, resamples=50)
+    each = [paired_ag_difference(x, y, mask, resamples=1)["diff"]
+            for x, y in zip(evals_a, evals_b)]
+    assert r["diff"] == pytest.approx(np.mean(each))
+    assert r["disagree"] == int((evals_a.sum(0) != evals_b.sum(0)).sum())
+    with pytest.raises(ValueError, match=r"scores in \[0, 1\]"):
+        paired_ag_difference(a + 1.5, b, mask)

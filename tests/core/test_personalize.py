@@ -56,6 +56,23 @@ def test_fine_tuning_on_local_rows_equals_dense_and_moves_the_accuracy(setting):
             jax.random.key(0))
 
 
+def test_per_example_record_of_the_fine_tuned_models_averages_to_ap(setting):
+    scene, alg, state, clients = setting
+    test = client_data(scene.test)
+    mask = np.asarray(test.mask)
+    for num_evals in (3, 0):
+        run = make_personalize(alg, client_sgd(0.5), batch_size=4, num_evals=num_evals,
+                               steps_per_eval=2)
+        result = run(state, clients, client_data(scene.train, local_vocab=True), test,
+                     jax.random.key(0))
+        for mode, correct in result.correct.items():
+            assert correct.shape == mask.shape and correct.dtype == np.int32
+            assert correct.min() >= 0 and correct.max() <= max(num_evals, 1)
+            assert not correct[~mask].any()  # padding is never right
+            share = correct.sum(1) / (max(num_evals, 1) * mask.sum(1))
+            np.testing.assert_allclose(share, result.ap_per_client(mode), rtol=1e-6)
+
+
 def test_ap_is_the_mean_of_the_curve_after_fine_tuning():
     curve = np.array([[0.5, 0.6, 0.8], [0.2, 0.4, 0.4]])
     result = Personalization({"full": curve}, steps_per_eval=5)

@@ -184,3 +184,36 @@ def test_runs_record_their_test_hits_and_compare_reads_them_without_checkpoints(
         compare(tmp_path / "p", b_dir, log=_quiet)
     assert cli.main(["results", "hits"]) == 1
     assert "name the run folders" in capsys.readouterr().err
+
+
+def test_ap_compares_from_the_records_and_the_checkpoint_redoes_the_ap_phase(tmp_path,
+                                                                            capsys):
+    with_ap = {**TINY, "ap": True, "ap_evals": 2, "ap_steps": 1}
+    reports = {}
+    for name in ("fedavg", "kteps"):
+        extra = {"furl_dim": 2} if name == "kteps" else {}
+        reports[name] = train(TrainConfig(**with_ap, **extra, algorithm=name,
+                                          out=str(tmp_path / name)), log=_quiet)
+    record = json.loads((tmp_path / "kteps" / "test_hits.json").read_text())
+    assert record["ap"]["mode"] == "sp" and record["ap"]["evaluations"] == 2
+    lines = []
+    r = compare(tmp_path / "kteps", tmp_path / "fedavg", ap=True, resamples=200,
+                log=lines.append)
+    assert r["metric"] == "Ap"
+    assert r["Ag_a"] == pytest.approx(reports["kteps"]["Ap"])
+    assert r["Ag_b"] == pytest.approx(reports["fedavg"]["Ap"])
+    np.testing.assert_allclose(r["per_client_a"], [c["Ap"] for c in reports["kteps"]["clients"]],
+                               atol=1e-6)
+    assert r["low"] <= r["diff"] <= r["high"]
+    assert "| **Ap** |" in "\n".join(lines) and "Ap (sp), fine-tuned" in "\n".join(lines)
+    # the Ap phase redone from the checkpoint gives the record training wrote
+    kept = (tmp_path / "kteps" / "test_hits.json").read_text()
+    (tmp_path / "kteps" / "test_hits.json").unlink()
+    with pytest.raises(ValueError, match="results hits"):
+        compare(tmp_path / "kteps", tmp_path / "fedavg", ap=True, log=_quiet)
+    assert cli.main(["results", "hits", str(tmp_path / "kteps")]) == 0
+    assert "redone" in capsys.readouterr().out
+    assert (tmp_path / "kteps" / "test_hits.json").read_text() == kept
+    assert cli.main(["compare", str(tmp_path / "kteps"), str(tmp_path / "fedavg"), "--ap",
+                     "--personal"]) == 1
+    assert "give one of them" in capsys.readouterr().err
