@@ -72,31 +72,29 @@ def run_hits(out: str | Path, personal: bool = False, at_round: int | None = Non
         private leaves and ``personal`` is True; with ``ap``, no record with the Ap phase.
     """
     rec = hits_record.read(out)
-    if ap:
-        if rec is None or at_round not in (None, rec["round"]):
+    if rec is None or at_round not in (None, rec["round"]):
+        if ap:
             raise ValueError(f"{out}: no {hits_record.FILE} of round {at_round or 'last'}: "
                              f"the Ap phase's models are recorded when a run ends; `fedjax-sc "
                              f"results hits {out}` redoes it from the last checkpoint")
-        algorithm = rundir.read_json(Path(out) / "config.json").get("algorithm")
-        return {"out": str(out), "algorithm": algorithm, "round": rec["round"],
-                "model": f"Ap ({rec.get('ap', {}).get('mode')}), fine-tuned",
-                "clients": list(rec["clients"]),
-                **hits_record.arrays(rec, hits_record.AP, str(Path(out) / hits_record.FILE))}
-    if rec is None or at_round not in (None, rec["round"]):
         rec = checkpoint_record(out, at_round)
     algorithm = rundir.read_json(Path(out) / "config.json").get("algorithm")
-    if personal:
+    if ap:
+        model = hits_record.AP
+        label = f"Ap ({rec['ap']['mode']}), fine-tuned" if "ap" in rec else "Ap"
+    elif personal:
         model = next((k for k in rec["models"] if k.startswith("personal")), None)
         if model is None:
             raise ValueError(f"{out}: {algorithm} has no private leaves; its personalised "
                              f"model is the global one (compare without --personal)")
+        label = model.replace("personal", "personalised")
     else:
-        model = "global"
+        model = label = "global"
         if model not in rec["models"]:
             raise ValueError(f"{out}: {algorithm} has no global model; compare the "
                              f"personalised models (--personal)")
-    return {"out": str(out), "algorithm": algorithm, "round": rec["round"],
-            "model": model.replace("personal", "personalised"), "clients": list(rec["clients"]),
+    return {"out": str(out), "algorithm": algorithm, "round": rec["round"], "model": label,
+            "clients": list(rec["clients"]),
             **hits_record.arrays(rec, model, str(Path(out) / hits_record.FILE))}
 
 
