@@ -35,8 +35,14 @@ def pytest_configure(config):
     """Share compiled XLA programs between tests: many build the same tiny round afresh
     (a resumed run, the CLI, every algorithm), and compiling dominates the suite's time.
     Compile them with less optimisation too (:data:`FAST_COMPILE_XLA_FLAGS`; a flag already
-    in XLA_FLAGS is left as it is; ``FEDJAX_SC_TEST_XLA_OPT=1`` keeps XLA's defaults)."""
-    cache = Path(config.rootpath) / ".pytest_cache" / "jax-compilation"
+    in XLA_FLAGS is left as it is; ``FEDJAX_SC_TEST_XLA_OPT=1`` keeps XLA's defaults).
+
+    The cache is ``.pytest_cache/jax-compilation`` (``FEDJAX_SC_TEST_JAX_CACHE`` names another
+    folder: ``benchmarks/suite_time.py`` times cold runs in fresh ones). pytest-xdist's workers
+    and the subprocess tests share it; JAX writes an entry once and reads a half-written one
+    as a miss (a warning), so sharing costs at most a compile."""
+    cache = Path(os.environ.get("FEDJAX_SC_TEST_JAX_CACHE")
+                 or Path(config.rootpath) / ".pytest_cache" / "jax-compilation")
     jax.config.update("jax_compilation_cache_dir", str(cache))
     # not the ~1,300 single operations run outside jit (a few ms each to compile, and writing
     # them costs more than it saves); every round, evaluation and Ap phase takes longer
