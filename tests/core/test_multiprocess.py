@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -22,7 +23,10 @@ def _free_port() -> int:
 
 def _launch(out: Path, procs: int, local: int) -> None:
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    # the session's XLA flags (the worker sets its device count) and compilation cache
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(jax.config.jax_compilation_cache_dir),
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.1",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                          env.get("PYTHONPATH", "")])
     workers = [subprocess.Popen(
@@ -41,7 +45,6 @@ def _launch(out: Path, procs: int, local: int) -> None:
 
 
 def test_two_processes_equal_one(tmp_path):
-    pytest.importorskip("jax")
     _launch(tmp_path / "one.npz", procs=1, local=1)
     try:
         _launch(tmp_path / "two.npz", procs=2, local=2)
