@@ -43,11 +43,17 @@ def pytest_configure(config):
     as a miss (a warning), so sharing costs at most a compile."""
     cache = Path(os.environ.get("FEDJAX_SC_TEST_JAX_CACHE")
                  or Path(config.rootpath) / ".pytest_cache" / "jax-compilation")
-    jax.config.update("jax_compilation_cache_dir", str(cache))
-    # not the ~1,300 single operations run outside jit (a few ms each to compile, and writing
-    # them costs more than it saves); every round, evaluation and Ap phase takes longer
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    # the same settings for this process and, through the environment, for the subprocesses
+    # the tests start (several processes, the CLI)
+    settings = {"jax_compilation_cache_dir": str(cache),
+                # not the ~1,300 single operations run outside jit (a few ms each to compile,
+                # and writing them costs more than it saves); every round, evaluation and Ap
+                # phase takes longer
+                "jax_persistent_cache_min_compile_time_secs": 0.1,
+                "jax_persistent_cache_min_entry_size_bytes": 0}
+    for name, value in settings.items():
+        jax.config.update(name, value)
+        os.environ[name.upper()] = str(value)
     if os.environ.get("FEDJAX_SC_TEST_XLA_OPT") == "1":
         return
     given = os.environ.get("XLA_FLAGS", "")

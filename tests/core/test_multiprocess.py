@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
 
@@ -23,10 +22,7 @@ def _free_port() -> int:
 
 def _launch(out: Path, procs: int, local: int) -> None:
     port = _free_port()
-    # the session's XLA flags (the worker sets its device count) and compilation cache
-    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(jax.config.jax_compilation_cache_dir),
-               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.1",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    env = dict(os.environ)  # the session's XLA flags (the worker sets its device count) and cache
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                          env.get("PYTHONPATH", "")])
     workers = [subprocess.Popen(

@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import jax
 import pytest
 
 from fedjax_sc.run import cli, processes
@@ -48,9 +47,7 @@ def _env(devices: int, **extra: str) -> dict[str, str]:
     return dict(os.environ, JAX_PLATFORMS="cpu",
                 XLA_FLAGS=" ".join([*flags, f"--xla_force_host_platform_device_count={devices}"]),
                 PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-                JAX_COMPILATION_CACHE_DIR=str(jax.config.jax_compilation_cache_dir),
-                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.1",
-                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", **extra)
+                **extra)
 
 
 def _start(out: Path, procs: int, devices: int, *extra: str, scene=SCENE,
