@@ -97,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     x.add_argument("--methods", nargs="+", help="export: the methods (runs) to export")
     x.add_argument("--seeds", type=int, default=1, help="export: seeds S..S+N-1")
     x.add_argument("--first-seed", type=int, default=0, metavar="S",
-                   help="export: the first seed (default: 0)")
+                   help="export: the first seed")
     x.add_argument("--no-plots", dest="plots", action="store_false",
                    help="render: no PNG figure (default: off, figure written)")
     m = sub.add_parser(
