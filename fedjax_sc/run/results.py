@@ -206,8 +206,18 @@ def _per_client(order: Sequence[str], seeds: Sequence[int], reports: dict, rows:
     clients = [x for x in clients if x != "Avg"] + ["Avg"]
     heads = []
     for m in order:
-        progress = [len(rows[(m, s)]) for s in seeds if (m, s) in rows and (m, s) not in reports]
-        heads.append(m + (f" (running: round {max(progress)}/{rounds})" if progress else ""))
+        finished = [s for s in seeds if (m, s) in reports]
+        going = [s for s in seeds if (m, s) in rows and (m, s) not in reports]
+        if going and finished:  # the cells are the finished seeds'; say which, and the rest
+            heads.append(f"{m} (seed{'s' if len(finished) > 1 else ''} "
+                         f"{', '.join(map(str, finished))}; " + "; ".join(
+                             f"seed {s} running: round {len(rows[(m, s)])}/{rounds}"
+                             for s in going) + ")")
+        elif going:
+            heads.append(f"{m} (running: round {max(len(rows[(m, s)]) for s in going)}"
+                         f"/{rounds})")
+        else:
+            heads.append(m)
     lines = []
     for key, title, source in (("Ag", "Ag^k and Ag (paper: Table 2)", paper.TABLE2),
                                ("Ap", "Ap^k and Ap (paper: Table 3)", paper.TABLE3)):
@@ -224,9 +234,10 @@ def _per_client(order: Sequence[str], seeds: Sequence[int], reports: dict, rows:
             name = "**Avg**" if client == "Avg" else client
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
-    return lines + ["A running run shows its latest round's Ag^k (personalised accuracy before "
-                    "fine-tuning, marked (p), for a method without a global model) and no Ap "
-                    "yet; 'starting': the run exists but has no finished round.", ""]
+    return lines + ["A cell is the mean (+- std) over the method's finished seeds. A run with "
+                    "no finished seed shows its latest round's Ag^k (personalised accuracy "
+                    "before fine-tuning, marked (p), for a method without a global model) and "
+                    "no Ap yet; 'starting': the run exists but has no finished round.", ""]
 
 
 def _ap_modes(order: Sequence[str], seeds: Sequence[int], reports: dict) -> list[str]:
@@ -278,7 +289,8 @@ def _by_round(order: Sequence[str], seeds: Sequence[int], reports: dict, rows: d
                          if len(tail) > 1 else "")
             secs = [r["seconds"] for r in rows[(m, s)]]
             ap_s = reports.get((m, s), {}).get("timing", {}).get("ap_seconds")
-            lines.append(f"| {m} | " + " | ".join(cells) + " | "
+            label = m if len([t for t in seeds if (m, t) in rows]) == 1 else f"{m}, seed {s}"
+            lines.append(f"| {label} | " + " | ".join(cells) + " | "
                          + (f"{np.median(secs):.0f}" if secs else "") + " | "
                          + ("" if ap_s is None else f"{ap_s:.0f}") + " |")
     return lines + ["", "(p): no global model; the clients' personalised accuracy before "

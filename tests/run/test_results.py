@@ -135,6 +135,15 @@ def test_later_seeds_train_and_export_alone_beside_an_exported_seed_0(tmp_path, 
     assert avg.startswith("| fedavg | 1 / 1 | 2 / 2 | ")
     assert f"{np.mean(ags):.1f} +- {np.std(ags, ddof=1):.1f}" in avg
     assert "seeds 0, 1" in out
+    assert "| fedavg, seed 0 | " in out and "| fedavg, seed 1 | " in out  # Ag by round
+    # seed 1 still going: the cells are seed 0's, and the heading says so
+    (dest / "synthetic" / "table3" / "fedavg-seed1" / "report.json").unlink()
+    assert main(["results", "render", "--table", "table3", "--scene", "synthetic",
+                 "--dest", str(dest), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "| fedavg (seed 0; seed 1 running: round 1/1) |" in out
+    avg = next(x for x in out.splitlines() if x.startswith("| fedavg | 1 / 1 |"))
+    assert avg.startswith(f"| fedavg | 1 / 1 | 1 / 2 | {ags[0]:.1f} |")
     # seed 0 is not in the later store: exporting it from there names the missing folder
     assert main([*export, "--store", str(later)]) == 1
     assert "seed-0: no metrics.jsonl" in capsys.readouterr().err
