@@ -49,3 +49,32 @@ def test_paper_pair_spread_reads_the_papers_fdu_tables():
     assert s["pairs"] >= 1 and 0 < s["low"] <= s["median"] <= s["high"]
     assert 0 <= s["most_over"] <= s["clients"] == 16
     assert gaps.paper_pair_spread("fdu", within=-1.0) is None
+
+
+def _shifted(method: str, shift: dict[str, float]) -> dict:
+    """``method``'s report whose Ag^k / Ap^k are the paper's plus ``shift[client]`` points."""
+    ag, ap = paper.TABLE2["fdu"][method], paper.TABLE3["fdu"][method]
+    return {"clients": [{"client": c, "Ag": (ag[c] + shift[c]) / 100,
+                         "Ap": (ap[c] + shift[c]) / 100} for c in CLIENTS]}
+
+
+def test_an_offset_every_method_shares_on_a_domain_is_the_clients_and_the_rest_the_methods():
+    domain = {c: (3.0 if c == CLIENTS[0] else 0.0) for c in CLIENTS}  # +3 on one domain
+    far = {c: domain[c] - 10.0 for c in CLIENTS}  # a method 10 points under everywhere
+    cells = [cell for m, shift in (("fedavg", domain), ("fedprox", domain), ("fedmmd", domain),
+                                   ("kteps", far))
+             for cell in gaps.cell_gaps(m, "fdu", CLIENTS, [_shifted(m, shift)])]
+    offsets = gaps.client_offsets(cells)
+    assert list(offsets) == CLIENTS  # the median over 8 cells each: the far method ignored
+    assert offsets[CLIENTS[0]] == pytest.approx(3.0, abs=1e-4)
+    assert all(abs(offsets[c]) < 1e-4 for c in CLIENTS[1:])
+    left = gaps.less_offsets(cells, offsets)
+    assert len(left) == 4 * 2 * len(CLIENTS)  # no Avg cell
+    np.testing.assert_allclose(sorted({round(c["gap"], 3) for c in left}), [-10.0, 0.0],
+                               atol=1e-3)
+    reports = {(m, 0): _shifted(m, domain) for m in ("fedavg", "fedprox")}
+    text = "\n".join(gaps.gap_section(["fedavg", "fedprox"], [0], reports, "fdu", CLIENTS))
+    assert f"{CLIENTS[0]} +3.0, {CLIENTS[1]} +0.0" in text
+    assert "less its client's offset: mean absolute gap 0.00, 0 over 2." in text
+    one = "\n".join(gaps.gap_section(["fedavg"], [0], reports, "fdu", CLIENTS))
+    assert "median gap over every method" not in one  # one method: nothing to share
