@@ -80,7 +80,7 @@ def client_offsets(cells: Sequence[dict[str, Any]]) -> dict[str, float]:
     client in ``cells`` (of :func:`cell_gaps`, any number of methods and metrics; ``Avg``
     cells are left out). A gap every method shares on one domain (say ours +2.5 on one, -2.7
     on another, whatever the method) belongs to the common setup (word vectors, vocabulary,
-    the test set's reviews), not to a method; the median keeps one method far off (a row
+    tokenisation), not to a method; the median keeps one method far off (a row
     whose every cell is 10 points under) from moving it. Clients in first-seen order."""
     by_client: dict[str, list[float]] = {}
     for c in cells:
