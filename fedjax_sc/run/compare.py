@@ -77,7 +77,15 @@ def run_hits(out: str | Path, personal: bool = False, at_round: int | None = Non
             raise ValueError(f"{out}: no {hits_record.FILE} of round {at_round or 'last'}: "
                              f"the Ap phase's models are recorded when a run ends; `fedjax-sc "
                              f"results hits {out}` redoes it from the last checkpoint")
-        rec = checkpoint_record(out, at_round)
+        try:
+            rec = checkpoint_record(out, at_round)
+        except FileNotFoundError as e:
+            if rec is not None or not (Path(out) / "config.json").is_file():
+                raise
+            raise FileNotFoundError(
+                f"{out}: no {hits_record.FILE} and no checkpoint to make it from (a run "
+                f"exported before the record existed, or whose checkpoints are gone); retrain "
+                f"it, or `fedjax-sc results hits` a copy that still has its checkpoints") from e
     algorithm = rundir.read_json(Path(out) / "config.json").get("algorithm")
     if ap:
         model = hits_record.AP

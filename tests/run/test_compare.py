@@ -175,6 +175,11 @@ def test_runs_record_their_test_hits_and_compare_reads_them_without_checkpoints(
     assert r3["diff"] == pytest.approx(r2["diff"]) and r3["seeds"] == []
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         compare(tmp_path / "x-seed0", tmp_path / "y-seed0", at_round=1, log=_quiet)
+    # neither a record nor a checkpoint (exported before the record existed): says both
+    (tmp_path / "x-seed0" / "test_hits.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"x-seed0: no test_hits.json and no "
+                                                r"checkpoint to make it from"):
+        compare(tmp_path / "x-seed0", tmp_path / "y-seed0", log=_quiet)
     # a personalised record read back: FedPer against KTEPS's personalised models
     r4 = compare(_copy_without_checkpoints(p_dir, tmp_path / "p"), b_dir, personal=True,
                  resamples=50, log=_quiet)
