@@ -9,6 +9,10 @@
 #   scale       scale.py: donated or not, M = 16, 64, 256; the most clients in $MEMORY_GB
 #   fdu         with the FDU corpus in $FDU_DIR: two real FedAvg rounds at the paper's shapes
 #               (16 clients, d 200 random vectors: --embeddings needs no download)
+#   essentials  the figures that matter most, for a short lease (one call of ~6 minutes):
+#               the device, then at d 200 in float32 the vmapped round against the one-client
+#               jit loop and PyTorch's cuDNN loop (the headline ratio), the profile's top
+#               operations, and FedAvg at d 50 against PyTorch
 # A stage's commands share a budget of $STAGE_S seconds (default 540; a command gets what is
 # left of it under `timeout`), so one call of at most 10 minutes can run a single stage:
 #   PYTHONPATH=$PWD OUT=$OUT bash benchmarks/accelerator.sh devices speed
@@ -67,6 +71,15 @@ except ImportError:
       else
         echo "== fdu: skipped (no FDU_DIR)"
       fi ;;
-    *) echo "unknown stage $stage (devices speed profile population scale fdu)"; exit 2 ;;
+    essentials)
+      run devices "$PY" -c "import jax; print('jax', jax.__version__, jax.devices())"
+      run essential_speed_d200 "$PY" benchmarks/round_speed.py --dtype float32 \
+          --json "$OUT/essential_speed_d200.json"
+      run essential_profile_d200 "$PY" benchmarks/profile_round.py \
+          --trace-dir "$OUT/trace_d200" --json "$OUT/profile_d200.json"
+      run essential_speed_d50 "$PY" benchmarks/round_speed.py --embed-dim 50 --no-loop \
+          --json "$OUT/essential_speed_d50.json" ;;
+    *) echo "unknown stage $stage (devices speed profile population scale fdu essentials)"
+       exit 2 ;;
   esac
 done
