@@ -1,4 +1,5 @@
-"""The README's library snippet runs as printed (at most 15 lines) and learns."""
+"""The README's library snippet runs as printed (at most 15 lines) and learns; its results
+table says what the rendered tables in results/ say."""
 
 import contextlib
 import io
@@ -21,3 +22,30 @@ def test_the_readme_snippet_runs_as_printed():
     first, last = (float(lines[i].split()[-1]) for i in (0, 9))
     ap = float(lines[10].split()[-1])
     assert last > max(first, 0.6) and 0.6 < ap <= 1.0  # above chance: it learns
+
+
+def _rows(markdown: str, head: str) -> dict[str, list[str]]:
+    """The rows of the first Markdown table whose header starts with ``head``: method ->
+    cells."""
+    lines = markdown[markdown.index(head):].splitlines()
+    names = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {}
+    for line in lines[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = dict(zip(names, cells))
+    return rows
+
+
+def test_the_readme_results_table_matches_the_rendered_table():
+    # the README's FDU table is copied by hand from results/fdu/table3.md (made by `fedjax-sc
+    # results render`): every row and figure must agree
+    rendered = README.parent / "results" / "fdu" / "table3.md"
+    readme = _rows(README.read_text()[README.read_text().index("## Results on FDU-MTL"):],
+                   "| method |")
+    table = _rows(rendered.read_text(), "| method |")
+    assert list(readme) == list(table)
+    columns = [c for c in next(iter(readme.values())) if c != "method"]
+    for method, row in readme.items():
+        assert {c: row[c] for c in columns} == {c: table[method][c] for c in columns}, method
