@@ -38,10 +38,8 @@ p.add_argument("--sampled", type=int, default=8)
 p.add_argument("--rounds", type=int, default=2)
 args = p.parse_args()
 if args.local_devices:  # simulated CPU devices; must be set before JAX starts (other flags kept)
-    os.environ["XLA_FLAGS"] = " ".join(
-        [f for f in os.environ.get("XLA_FLAGS", "").split()
-         if not f.startswith("--xla_force_host_platform_device_count")]
-        + [f"--xla_force_host_platform_device_count={args.local_devices}"])
+    from fedjax_sc.run.processes import cpu_device_flags
+    os.environ["XLA_FLAGS"] = cpu_device_flags(args.local_devices)
     os.environ["JAX_PLATFORMS"] = "cpu"
 
 import jax  # noqa: E402

@@ -50,6 +50,17 @@ SHUTDOWN_S = 60
 (``shutdown_timeout_seconds``)."""
 _MESSAGE_CHARS = 1024
 """Room for one process's error in :class:`Agreement`."""
+_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def cpu_device_flags(count: int, flags: str | None = None) -> str:
+    """``XLA_FLAGS`` that give a CPU process ``count`` simulated devices (to try several
+    processes or a device mesh on one machine), the other flags of ``flags`` (default: the
+    environment's ``XLA_FLAGS``) kept and an earlier device count replaced. Takes effect
+    when set before JAX's CPU backend starts (its first computation)."""
+    flags = os.environ.get("XLA_FLAGS", "") if flags is None else flags
+    return " ".join([f for f in flags.split() if not f.startswith(_DEVICE_COUNT_FLAG)]
+                    + [f"{_DEVICE_COUNT_FLAG}={count}"])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -42,10 +42,7 @@ def _env(devices: int, **extra: str) -> dict[str, str]:
     """The test session's environment with ``devices`` CPU devices per process and its
     persistent compilation cache (conftest.py), so that a repeated program is not compiled
     again; ``extra`` variables added."""
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
-             if not f.startswith("--xla_force_host_platform_device_count")]
-    return dict(os.environ, JAX_PLATFORMS="cpu",
-                XLA_FLAGS=" ".join([*flags, f"--xla_force_host_platform_device_count={devices}"]),
+    return dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=processes.cpu_device_flags(devices),
                 PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                 **extra)
 
