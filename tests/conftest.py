@@ -95,3 +95,24 @@ def model(scene):
     """The TextClassifier of :func:`scene` with :data:`TINY_DIMS`."""
     from fedjax_sc.models.text_classifier import TextClassifier
     return TextClassifier(vocab_size=len(scene.vocab), **TINY_DIMS)
+
+
+def markdown_rows(text: str, head: str = "|") -> dict[str, dict[str, str]]:
+    """The rows of the first Markdown table in ``text`` whose header line starts with
+    ``head``: first cell -> {column name: cell}, cells stripped; a line that does not start
+    with ``|`` ends the table."""
+    lines = text[text.index(head):].splitlines()
+    names = [c.strip() for c in lines[0].strip().strip("|").split("|")]
+    rows = {}
+    for line in lines[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows[cells[0]] = dict(zip(names, cells))
+    return rows
+
+
+@pytest.fixture(scope="session")
+def table_rows():
+    """:func:`markdown_rows`, for tests that read the Markdown tables the code writes."""
+    return markdown_rows

@@ -24,27 +24,13 @@ def test_the_readme_snippet_runs_as_printed():
     assert last > max(first, 0.6) and 0.6 < ap <= 1.0  # above chance: it learns
 
 
-def _rows(markdown: str, head: str) -> dict[str, list[str]]:
-    """The rows of the first Markdown table whose header starts with ``head``: method ->
-    cells."""
-    lines = markdown[markdown.index(head):].splitlines()
-    names = [c.strip() for c in lines[0].strip("|").split("|")]
-    rows = {}
-    for line in lines[2:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        rows[cells[0]] = dict(zip(names, cells))
-    return rows
-
-
-def test_the_readme_results_table_matches_the_rendered_table():
+def test_the_readme_results_table_matches_the_rendered_table(table_rows):
     # the README's FDU table is copied by hand from results/fdu/table3.md (made by `fedjax-sc
     # results render`): every row and figure must agree
     rendered = README.parent / "results" / "fdu" / "table3.md"
-    readme = _rows(README.read_text()[README.read_text().index("## Results on FDU-MTL"):],
-                   "| method |")
-    table = _rows(rendered.read_text(), "| method |")
+    text = README.read_text()
+    readme = table_rows(text[text.index("## Results on FDU-MTL"):], "| method |")
+    table = table_rows(rendered.read_text(), "| method |")
     assert list(readme) == list(table)
     columns = [c for c in next(iter(readme.values())) if c != "method"]
     for method, row in readme.items():

@@ -52,8 +52,9 @@ CHILD = textwrap.dedent("""
 
 
 def test_sharded_round_matches_one_device():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-           "JAX_PLATFORMS": "cpu"}
+    from fedjax_sc.run.processes import cpu_device_flags
+    # the conftest's compile flags are kept; only the device count is set
+    env = {**os.environ, "XLA_FLAGS": cpu_device_flags(8), "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -29,7 +29,8 @@ def test_every_cell_reads_a_planned_run_and_fdu_cells_carry_the_paper(table):
             assert set(r.overrides) - set(source.overrides) == {"ap_lr_mult"}
 
 
-def test_table2_uses_personal_accuracy_without_a_global_model_and_formats_mean_std():
+def test_table2_uses_personal_accuracy_without_a_global_model_and_formats_mean_std(
+        table_rows):
     runs, cells = plan("table2", "fdu", 50)
     clients = [{"client": n, "Ag": 0.8, "personal": 0.7, "Ap": 0.75}
                for n in paper.TABLE2["fdu"]["fedavg"] if n != "Avg"]
@@ -43,8 +44,7 @@ def test_table2_uses_personal_accuracy_without_a_global_model_and_formats_mean_s
                             for c in clients]}
     text = format_table("table2", TrainConfig(scene="fdu", data_dir="x", rounds=1).resolved(),
                         cells, reports, (0, 1))
-    avg = next(line for line in text.splitlines() if line.startswith("| **Avg**"))
-    cols = [c.strip() for c in avg.strip("|").split("|")][1:]
+    cols = list(table_rows(text)["**Avg**"].values())[1:]
     assert cols[0] == "70.0 +- 0.0 (81.1)"  # indiv: each client's own model
     assert cols[3] == "81.0 +- 1.4 (85.1)"  # fedavg: Ag, mean +- sample std over 2 seeds
     assert len(cols) == len(TABLE23_METHODS["table2"])
@@ -93,7 +93,8 @@ def test_unknown_table_and_table8_scene_are_rejected():
         plan("table8", "iyy", 50)
 
 
-def test_methods_trains_only_the_named_runs_and_shows_the_others_as_not_run(tmp_path, capsys):
+def test_methods_trains_only_the_named_runs_and_shows_the_others_as_not_run(tmp_path, capsys,
+                                                                           table_rows):
     tiny = ["--scene", "synthetic", "--synthetic-clients", "2", "--synthetic-train", "16",
             "--synthetic-test", "8", "--max-len", "8", "--embed-dim", "8", "--hidden", "4",
             "--mlp-hidden", "6", "--ap-steps", "2", "--quick", "--no-plots",
@@ -102,9 +103,8 @@ def test_methods_trains_only_the_named_runs_and_shows_the_others_as_not_run(tmp_
     out = capsys.readouterr().out
     assert out.count("starting") == 1 and "kteps_star seed" not in out
     assert not run_dir(tmp_path, "synthetic", "kteps_star", 0).exists()
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")[1:]]
-            for line in (tmp_path / "synthetic" / "table6.md").read_text().splitlines()
-            if line.startswith("| kteps")}
+    rows = {k: list(v.values())[1:] for k, v in
+            table_rows((tmp_path / "synthetic" / "table6.md").read_text()).items()}
     assert rows["kteps_star"] == ["not run"] * 3
     assert all(float(v) > 0 for v in rows["kteps"])  # run: real figures, not placeholders
     # a finished run of a method not named is read from the store, not retrained
