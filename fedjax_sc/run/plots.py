@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,16 +76,55 @@ def read_curves(run_dir: str | Path) -> dict[str, list[Any]]:
             "Ap_t": ap_t}
 
 
-def convergence_figure(runs: Mapping[str, str | Path], path: str | Path,
-                       title: str | None = None) -> Path:
+def mean_curves(run_dirs: Sequence[str | Path]) -> dict[str, list[Any]]:
+    """The curves of :func:`read_curves` averaged over runs (e.g. the seeds of one method),
+    with their spread.
+
+    A round (or Ap step t) counts only where every run has it; a value is None where any run
+    has None there (no global model).
+
+    Args:
+      run_dirs: one or more ``fedjax-sc train`` output directories.
+
+    Returns:
+      :func:`read_curves`'s keys, each accuracy the mean over the runs, plus ``"Ag_lo"``,
+      ``"Ag_hi"``, ``"personal_lo"``, ``"personal_hi"``, ``"Ap_t_lo"`` and ``"Ap_t_hi"``
+      (the minimum and maximum over the runs, per point) and ``"runs"`` (how many).
+
+    Raises:
+      ValueError: no run directory; or as :func:`read_curves`.
+    """
+    if not run_dirs:
+        raise ValueError("mean_curves needs at least one run directory")
+    curves = [read_curves(d) for d in run_dirs]
+    rounds = sorted(set.intersection(*(set(c["rounds"]) for c in curves)))
+    steps = min(len(c["Ap_t"]) for c in curves)
+    out: dict[str, list[Any]] = {"rounds": rounds, "ap_steps": curves[0]["ap_steps"][:steps],
+                                 "runs": [len(curves)]}
+    for key, picks in (("Ag", None), ("personal", None), ("Ap_t", steps)):
+        if picks is None:  # by round number
+            cols = [[dict(zip(c["rounds"], c[key]))[r] for c in curves] for r in rounds]
+        else:
+            cols = [[c[key][t] for c in curves] for t in range(picks)]
+        for suffix, fn in (("", np.mean), ("_lo", np.min), ("_hi", np.max)):
+            out[key + suffix] = [None if any(v is None for v in col) else float(fn(col))
+                                 for col in cols]
+    return out
+
+
+def convergence_figure(runs: Mapping[str, str | Path | Sequence[str | Path]],
+                       path: str | Path, title: str | None = None) -> Path:
     """Fig. 4: per method, Ag per aggregation round, then Ap_t per personalisation step.
 
     The x axis runs over rounds 1..R (Ag, or the personalised accuracy before fine-tuning,
     labelled " (personal)", for runs without a global model), then on over x = R + t for the
-    Ap_t points t = 0..n_Z; a dashed vertical line marks the switch.
+    Ap_t points t = 0..n_Z; a dashed vertical line marks the switch. A method given several
+    runs (its seeds) is drawn as their mean (:func:`mean_curves`), the band between their
+    minimum and maximum shaded, and labelled with the number of runs.
 
     Args:
-      runs: ``{label: run directory}``, one line each (label: e.g. the method name).
+      runs: ``{label: run directory, or a list of them}``, one line each (label: e.g. the
+        method name).
       path: where the PNG goes (parent directories are created).
       title: the figure title, if any.
 
@@ -94,20 +133,27 @@ def convergence_figure(runs: Mapping[str, str | Path], path: str | Path,
     """
     fig, ax = _axes(figsize=(8.0, 4.5))
     switches = set()
-    for i, (label, run_dir) in enumerate(runs.items()):
-        c = read_curves(run_dir)
-        ys = c["Ag"]
-        if ys and all(v is None for v in ys):
-            ys, label = c["personal"], f"{label} (personal)"
+    for i, (label, dirs) in enumerate(runs.items()):
+        dirs = [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
+        c = mean_curves(dirs)
+        key = "Ag"
+        if c["Ag"] and all(v is None for v in c["Ag"]):
+            key, label = "personal", f"{label} (personal)"
+        if len(dirs) > 1:
+            label = f"{label}, mean of {len(dirs)} (min-max shaded)"
         last = c["rounds"][-1] if c["rounds"] else 0
         # the colour cycle has 10 colours: the next ten lines are dashed, so none look alike
         style = {"marker": ".", "markersize": 3, "linewidth": 1.2,
                  "linestyle": ("-", "--", ":")[i // 10 % 3]}
-        (line,) = ax.plot(c["rounds"], _percent(ys), label=label, **style)
+        (line,) = ax.plot(c["rounds"], _percent(c[key]), label=label, **style)
+        ap_x = [last + t for t in range(len(c["Ap_t"]))]
         if c["Ap_t"]:  # a separate segment: no line drawn across the switch
-            ax.plot([last + t for t in range(len(c["Ap_t"]))], _percent(c["Ap_t"]),
-                    color=line.get_color(), **style)
+            ax.plot(ap_x, _percent(c["Ap_t"]), color=line.get_color(), **style)
             switches.add(last)
+        if len(dirs) > 1:
+            for xs, k in ((c["rounds"], key), (ap_x, "Ap_t")):
+                ax.fill_between(xs, _percent(c[k + "_lo"]), _percent(c[k + "_hi"]),
+                                color=line.get_color(), alpha=0.2, linewidth=0)
     for x in sorted(switches):
         ax.axvline(x, color="grey", linestyle="--", linewidth=0.8)
     ax.set_xlabel("round (Ag) | personalisation step (Ap_t)")

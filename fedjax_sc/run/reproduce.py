@@ -389,9 +389,11 @@ def _figures(table, c, runs, cells, reports, seeds, out: Path) -> str:
     try:
         from fedjax_sc.run import plots
         seed = seeds[0]
-        curves = {r.name: run_dir(out, c.scene, r.name, seed) for r in runs}
-        conv = plots.convergence_figure(curves, out / c.scene / f"{table}-convergence.png",
-                                        title=f"{c.scene}: Ag per round, then Ap_t (seed {seed})")
+        curves = {r.name: [run_dir(out, c.scene, r.name, s) for s in seeds] for r in runs}
+        conv = plots.convergence_figure(
+            curves, out / c.scene / f"{table}-convergence.png",
+            title=f"{c.scene}: Ag per round, then Ap_t "
+                  f"(seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})")
         done = [r.name for r in runs]
         ours = {m: {row: by_col[m].metric(reports[(m, seed)])
                     for row, by_col in cells.items() if row != "Avg"} for m in done}

@@ -160,16 +160,28 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
     elif plots:
         try:
             from fedjax_sc.run import plots as plots_lib
-            first = seeds[0]
             png = plots_lib.convergence_figure(
-                {m: runs[(m, first)] for m in order if (m, first) in runs},
+                _figure_runs(order, seeds, runs, reports),
                 dest / scene / f"{table}-convergence.png",
-                title=f"{scene}: Ag per round, then Ap_t (seed {first})")
+                title=f"{scene}: Ag per round, then Ap_t "
+                      f"(seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})")
             text += f"\n![Ag per round, then Ap_t]({png.name})\n"
         except ModuleNotFoundError as e:
             text += f"\nFigure skipped: {e}\n"
     rundir.write_text(target, text)
     return text
+
+
+def _figure_runs(order: Sequence[str], seeds: Sequence[int], runs: dict, reports: dict
+                 ) -> dict[str, list[Path]]:
+    """Per method, the runs its curve averages: its finished seeds, as the table's cells do;
+    a method with none finished, its running seeds."""
+    out = {}
+    for m in order:
+        mine = [s for s in seeds if (m, s) in runs]
+        done = [s for s in mine if (m, s) in reports]
+        out[m] = [runs[(m, s)] for s in (done or mine)]
+    return out
 
 
 def _settings_line(c: dict, seeds: Sequence[int], table: str, scene: str, dest: Path) -> str:

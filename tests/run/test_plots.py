@@ -121,3 +121,31 @@ def test_missing_matplotlib(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'fedjax_sc\[plots\]'"):
         plots.per_client_figure({"a": {"x": 0.5}}, tmp_path / "x.png")
+
+
+def test_mean_curves_average_the_seeds_where_all_have_the_point(tmp_path):
+    def run(name, ags, ap):
+        rows = [{"phase": "round", "round": r, "Ag": a} for r, a in enumerate(ags, 1)]
+        return _write_run(tmp_path / name, rows + _ap_rows({"full": ap}), {"ap_mode": "full"})
+
+    a = run("s0", [0.5, 0.6, 0.7], [0.7, 0.8])
+    b = run("s1", [0.7, 0.8], [0.9, 0.6, 0.5])  # one round fewer (running), one Ap_t more
+    c = plots.mean_curves([a, str(b)])
+    assert c["rounds"] == [1, 2] and c["runs"] == [2]
+    assert c["Ag"] == pytest.approx([0.6, 0.7])
+    assert (c["Ag_lo"], c["Ag_hi"]) == ([0.5, 0.6], [0.7, 0.8])
+    assert c["personal"] == [None, None]
+    assert c["Ap_t"] == pytest.approx([0.8, 0.7]) and c["ap_steps"] == [0, 5]
+    assert (c["Ap_t_lo"], c["Ap_t_hi"]) == ([0.7, 0.6], [0.9, 0.8])
+    assert plots.mean_curves([a]) == {**plots.read_curves(a), "runs": [1],
+                                      **{k + s: plots.read_curves(a)[k] for k in
+                                         ("Ag", "personal", "Ap_t") for s in ("_lo", "_hi")}}
+    with pytest.raises(ValueError, match="at least one run"):
+        plots.mean_curves([])
+
+
+def test_convergence_figure_with_seeds(kteps_run, fedper_run, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = plots.convergence_figure({"kteps": [kteps_run, kteps_run], "fedper": [fedper_run]},
+                                   tmp_path / "seeds.png")
+    _assert_png(out)

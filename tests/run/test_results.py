@@ -1,6 +1,7 @@
 """Results as data: export a store's small files, regenerate the table from them alone."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -111,7 +112,8 @@ def test_a_grid_table_renders_from_results_with_a_running_run(tmp_path, capsys):
     assert "| kteps_star | " in text  # Ag by round
 
 
-def test_later_seeds_train_and_export_alone_beside_an_exported_seed_0(tmp_path, capsys):
+def test_later_seeds_train_and_export_alone_beside_an_exported_seed_0(tmp_path, capsys,
+                                                                      monkeypatch):
     # seed 0 exported from one store; seed 1 trained in another (as on a later machine)
     first, later, dest = tmp_path / "first", tmp_path / "later", tmp_path / "results"
     export = ["results", "export", "--table", "table3", "--scene", "synthetic", "--methods",
@@ -136,6 +138,18 @@ def test_later_seeds_train_and_export_alone_beside_an_exported_seed_0(tmp_path, 
     assert f"{np.mean(ags):.1f} +- {np.std(ags, ddof=1):.1f}" in avg
     assert "seeds 0, 1" in out
     assert "| fedavg, seed 0 | " in out and "| fedavg, seed 1 | " in out  # Ag by round
+    # the figure averages a method's finished seeds, as the cells do
+    from fedjax_sc.run import plots
+    drawn = []
+    monkeypatch.setattr(plots, "convergence_figure",
+                        lambda runs, path, title: drawn.append((runs, title)) or Path(path))
+    render = ["results", "render", "--table", "table3", "--scene", "synthetic", "--dest",
+              str(dest)]
+    assert main(render) == 0
+    table = dest / "synthetic" / "table3"
+    assert drawn.pop() == ({"fedavg": [table / "fedavg-seed0", table / "fedavg-seed1"]},
+                           "synthetic: Ag per round, then Ap_t (seeds 0, 1)")
+    capsys.readouterr()
     # seed 1 still going: the cells are seed 0's, and the heading says so
     (dest / "synthetic" / "table3" / "fedavg-seed1" / "report.json").unlink()
     assert main(["results", "render", "--table", "table3", "--scene", "synthetic",
@@ -144,6 +158,8 @@ def test_later_seeds_train_and_export_alone_beside_an_exported_seed_0(tmp_path, 
     assert "| fedavg (seed 0; seed 1 running: round 1/1) |" in out
     avg = next(x for x in out.splitlines() if x.startswith("| fedavg | 1 / 1 |"))
     assert avg.startswith(f"| fedavg | 1 / 1 | 1 / 2 | {ags[0]:.1f} |")
+    assert main(render) == 0
+    assert drawn.pop()[0] == {"fedavg": [table / "fedavg-seed0"]}
     # seed 0 is not in the later store: exporting it from there names the missing folder
     assert main([*export, "--store", str(later)]) == 1
     assert "seed-0: no metrics.jsonl" in capsys.readouterr().err
