@@ -385,6 +385,11 @@ def format_table(table: str, c: TrainConfig, cells: dict[str, dict[str, Cell]],
     return "\n".join(lines)
 
 
+def seeds_label(seeds: Sequence[int]) -> str:
+    """``seed 0`` or ``seeds 0, 1, 2``: how tables and figures name their seeds."""
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+
+
 def _figures(table, c, runs, cells, reports, seeds, out: Path) -> str:
     try:
         from fedjax_sc.run import plots
@@ -393,7 +398,7 @@ def _figures(table, c, runs, cells, reports, seeds, out: Path) -> str:
         conv = plots.convergence_figure(
             curves, out / c.scene / f"{table}-convergence.png",
             title=f"{c.scene}: Ag per round, then Ap_t "
-                  f"(seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})")
+                  f"({seeds_label(seeds)})")
         done = [r.name for r in runs]
         ours = {m: {row: by_col[m].metric(reports[(m, seed)])
                     for row, by_col in cells.items() if row != "Avg"} for m in done}

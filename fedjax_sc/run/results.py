@@ -35,6 +35,7 @@ from fedjax_sc.run.reproduce import (
     format_table,
     plan,
     run_dir,
+    seeds_label,
 )
 
 SMALL_FILES = ("config.json", "metrics.jsonl", "report.json", "report.md", "test_hits.json")
@@ -164,7 +165,7 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
                 _figure_runs(order, seeds, runs, reports),
                 dest / scene / f"{table}-convergence.png",
                 title=f"{scene}: Ag per round, then Ap_t "
-                      f"(seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})")
+                      f"({seeds_label(seeds)})")
             text += f"\n![Ag per round, then Ap_t]({png.name})\n"
         except ModuleNotFoundError as e:
             text += f"\nFigure skipped: {e}\n"
@@ -189,7 +190,7 @@ def _settings_line(c: dict, seeds: Sequence[int], table: str, scene: str, dest: 
             f"({c.get('embeddings')}), batch {c.get('batch_size')}, LR {c.get('lr')}, "
             f"{c.get('local_epochs')} local epochs, L = {c.get('max_len')}, n_Z = "
             f"{c.get('ap_evals')}, z = {c.get('ap_steps')}, mu = {c.get('ap_lr_mult')}; "
-            f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+            f"{seeds_label(seeds)}"
             + (f"; PCA {'centred' if c.get('pca_center', True) else 'uncentred'} on "
                f"{'the local-vocabulary rows' if c.get('local_vocab', True) else 'the whole table'}"
                f", upload noise sigma {c.get('upload_noise')}" if table == "table7" else "")
