@@ -283,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             if args["csv"]:
                 if args["action"] != "export" or not args["runs"]:
                     raise ValueError("--csv: write results export RUN [RUN ...] --csv FILE")
-                rows = results.metrics_csv(args["runs"], args["csv"])
+                from fedjax_sc.run.tidy_csv import metrics_csv
+                rows = metrics_csv(args["runs"], args["csv"])
                 print(f"{rows} rows from {len(args['runs'])} run(s) -> {args['csv']}")
                 return 0
             if not args["table"]:

@@ -6,7 +6,7 @@ import json
 import chex
 import pytest
 
-from fedjax_sc.run import cli, results
+from fedjax_sc.run import cli, tidy_csv
 from fedjax_sc.run.train import TrainConfig, train
 
 TINY = dict(scene="synthetic", synthetic_clients=3, synthetic_train=12, synthetic_test=6,
@@ -32,7 +32,7 @@ def test_a_heterogeneous_run_records_each_clients_work_and_resumes_exactly(tmp_p
     steps = [r["local_steps_per_client"] for r in rows]
     assert all(0 <= s <= 4 for row in steps for s in row)
     assert [r["participants"] for r in rows] == [sum(s > 0 for s in row) for row in steps]
-    results.metrics_csv([tmp_path / "full"], tmp_path / "m.csv")
+    tidy_csv.metrics_csv([tmp_path / "full"], tmp_path / "m.csv")
     table = list(csv.DictReader((tmp_path / "m.csv").open()))
     assert [int(float(x["value"])) for x in table if x["metric"] == "participants"] == [
         r["participants"] for r in rows]

@@ -1,0 +1,98 @@
+"""A run's ``metrics.jsonl`` as tidy data (``fedjax-sc results export RUN [RUN ...] --csv
+FILE``): one CSV row per measurement, for pandas, R or a spreadsheet."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from fedjax_sc.run import rundir
+
+CSV_COLUMNS = ("run", "phase", "round", "t", "client", "metric", "value")
+"""The columns of :func:`metrics_csv` (one measurement per row: tidy data)."""
+
+
+def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
+    """Writes the runs' ``metrics.jsonl`` as one tidy CSV (Python's ``csv`` module), one
+    measurement per row: ``run`` (the folder as given), ``phase`` (``round`` / ``ap``),
+    ``round``, ``t`` (the Ap evaluation, empty for rounds), ``client`` (its name, or ``all``
+    for a mean over clients), ``metric`` (``Ag``, ``train_loss``, ``personal_<mode>``, an aux
+    term, ``seconds``, ``upload_sent_bytes``, ``participants`` and ``local_steps`` with
+    heterogeneous clients...; ``Ap_t_<mode>`` in the Ap phase) and ``value``
+    (accuracies as fractions). ``pandas.read_csv(path).pivot_table(...)`` gives any view.
+
+    Returns:
+      The number of rows written.
+
+    Raises:
+      FileNotFoundError: a run without ``metrics.jsonl``; ValueError: a damaged line
+        (``file:line``).
+    """
+    rows: list[tuple] = []
+    for run in runs:
+        folder = Path(run)
+        metrics = folder / "metrics.jsonl"
+        if not metrics.is_file():
+            raise FileNotFoundError(f"{metrics}: no such file (not a run folder?)")
+        names = _client_names(folder)
+        for lineno, line in enumerate(metrics.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{metrics}:{lineno}: not valid JSON ({e.msg})") from None
+            phase, rnd, t = r.get("phase", "round"), r.get("round"), r.get("t", "")
+            add = lambda client, metric, value: rows.append(  # noqa: E731
+                (str(run), phase, rnd, t, client, metric, value))
+            if phase == "ap":
+                for mode, value in (r.get("Ap_t") or {}).items():
+                    add("all", f"Ap_t_{mode}", value)
+                for k, value in enumerate(r.get("Ap_t_per_client") or []):
+                    add(_name(names, k), "Ap_t", value)
+                continue
+            for metric in ("Ag", "train_loss", "seconds", "client_steps_per_s", "participants"):
+                if r.get(metric) is not None:
+                    add("all", metric, r[metric])
+            for mode, value in (r.get("personal") or {}).items():
+                add("all", f"personal_{mode}", value)
+            for metric, value in (r.get("aux") or {}).items():
+                add("all", metric, value)
+            for key, metric in (("Ag_per_client", "Ag"), ("train_loss_per_client", "train_loss"),
+                                ("personal_per_client", "personal"),
+                                ("local_steps_per_client", "local_steps")):
+                for k, value in enumerate(r.get(key) or []):
+                    add(_name(names, k, r.get("clients")), metric, value)
+            for metric, values in (r.get("aux_per_client") or {}).items():
+                for k, value in enumerate(values):
+                    add(_name(names, k, r.get("clients")), metric, value)
+            comm = r.get("communication") or {}
+            for metric in ("download_MB_mean", "upload_sent_MB_mean", "upload_sent_over_dense"):
+                if metric in comm:
+                    add("all", metric, comm[metric])
+            for metric in ("download_bytes", "upload_sent_bytes"):
+                for k, value in enumerate(comm.get(metric) or []):
+                    add(_name(names, k, r.get("clients")), metric, value)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_COLUMNS)
+        writer.writerows(rows)
+    return len(rows)
+
+
+def _client_names(folder: Path) -> list[str]:
+    """The clients' names from the run's report (empty without one)."""
+    report = folder / "report.json"
+    if not report.exists():
+        return []
+    return [c["client"] for c in rundir.read_json(report).get("clients", [])]
+
+
+def _name(names: list[str], k: int, sampled: list[int] | None = None) -> str:
+    """Client ``k`` of a round's per-client lists (``sampled``: the round's client ids)."""
+    index = sampled[k] if sampled is not None and k < len(sampled) else k
+    return names[index] if index < len(names) else str(index)
