@@ -180,6 +180,7 @@ def test_runs_record_their_test_hits_and_compare_reads_them_without_checkpoints(
     with pytest.raises(FileNotFoundError, match=r"x-seed0: no test_hits.json and no "
                                                 r"checkpoint to make it from"):
         compare(tmp_path / "x-seed0", tmp_path / "y-seed0", log=_quiet)
+    assert not (tmp_path / "x-seed0" / "checkpoints").exists()  # reading writes nothing
     # a personalised record read back: FedPer against KTEPS's personalised models
     r4 = compare(_copy_without_checkpoints(p_dir, tmp_path / "p"), b_dir, personal=True,
                  resamples=50, log=_quiet)
