@@ -232,10 +232,10 @@ def load_run(out: str | Path, at_round: int | None = None
     if not saved.exists():
         raise FileNotFoundError(f"{saved} does not exist: not a fedjax-sc run directory")
     c = config_from_json(rundir.read_json(saved))
-    if not (out / "checkpoints").is_dir():  # orbax's manager would make an empty one
-        raise FileNotFoundError(f"{out / 'checkpoints'} holds no checkpoint")
-    ckpt = ocp.CheckpointManager(out.resolve() / "checkpoints")
-    steps = sorted(int(s) for s in ckpt.all_steps())
+    folder = out.resolve() / "checkpoints"
+    # no manager for a missing folder: orbax's would make an empty one, and reading writes nothing
+    ckpt = ocp.CheckpointManager(folder) if folder.is_dir() else None
+    steps = sorted(int(s) for s in ckpt.all_steps()) if ckpt is not None else []
     if not steps:
         raise FileNotFoundError(f"{out / 'checkpoints'} holds no checkpoint")
     if at_round is not None and at_round not in steps:
