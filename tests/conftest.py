@@ -11,11 +11,12 @@ import jax
 import pytest
 
 FAST_COMPILE_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false",
-                          "--xla_backend_optimization_level=1")
+                          "--xla_backend_optimization_level=0")
 """Compiling, not running, is what the suite's tiny programs cost, and XLA's CPU fusion
-emitters and LLVM's full optimisation take most of it (a FedAvg round of 3 clients: ~2.5 s
-instead of ~7 s to compile; KTEPS*'s: ~6 s instead of ~38 s). Level 1, not 0: level 0 rounds
-floats differently from the default build (enough to fail a 1e-7 comparison)."""
+emitters and LLVM's optimisation take most of it. A FedAvg round of 3 clients compiles in
+9.4 s with XLA's defaults, 4.1 s without the fusion emitters at level 1 and 1.4 s at level 0;
+KTEPS*'s in 47 s, 9.0 s and 4.2 s (one sitting). Level 0 rounds some floats differently from
+the default build (a round's mean loss by ~1e-7), which the suite's tolerances allow."""
 
 
 def _xla_accepts(flags: list[str]) -> bool:
@@ -51,6 +52,8 @@ def pytest_configure(config):
                 # phase takes longer
                 "jax_persistent_cache_min_compile_time_secs": 0.1,
                 "jax_persistent_cache_min_entry_size_bytes": 0}
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep LONGEST_FIRST's order
+        config.option.loadscopereorder = False
     for name, value in settings.items():
         jax.config.update(name, value)
         os.environ[name.upper()] = str(value)
@@ -62,6 +65,31 @@ def pytest_configure(config):
         extra = [f for f in extra if _xla_accepts([f])]
     if extra:  # read when the CPU backend starts: at the first computation, after this hook
         os.environ["XLA_FLAGS"] = " ".join([given, *extra]).strip()
+
+
+LONGEST_FIRST = ("run/test_multiprocess_cli.py", "run/test_population_run.py",
+                 "core/test_round.py", "run/test_train.py", "core/test_population.py",
+                 "run/test_reproduce.py", "algorithms/test_baselines.py", "test_readme.py",
+                 "run/test_run_lock.py", "run/test_results.py", "run/test_compare.py",
+                 "run/test_rundir.py", "run/test_kteps_star.py")
+"""Test files (under tests/) by their time in a cold run, longest first: pytest-xdist hands
+out whole files (``--dist loadfile``) in this order, then the others in the usual one, so the
+workers end together instead of one waiting on a long file handed out last (by default
+pytest-xdist hands out the files with the most tests first, and the README's snippet, one
+of the longest, has two)."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Runs the files of :data:`LONGEST_FIRST` first, in its order (a stable sort)."""
+    root = Path(config.rootpath) / "tests"
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+    def key(item):
+        try:
+            return rank.get(Path(item.fspath).relative_to(root).as_posix(), len(rank))
+        except ValueError:  # a test outside tests/
+            return len(rank)
+    items.sort(key=key)
 
 
 # The corpus lives next to the checkout (../shared/data/fdu-mtl); never inside the repository.

@@ -101,22 +101,27 @@ def test_compare_over_paired_seeds_means_the_pairs_and_widens_the_interval(runs,
         compare(side_b, b_dir, log=_quiet)
 
 
-def test_private_embedding_check_reads_the_runs_own_figures(tmp_path):
-    """examples/private_embedding_global_check.py: its ``server`` column is the run's Ag and
-    its ``own`` column the personalised accuracy the run logged (each client's own tables)."""
-    import subprocess
-    import sys
+def _example(name, *args, monkeypatch, capsys) -> str:
+    """What examples/``name`` prints, run in this process as ``python examples/name args``
+    (a fresh interpreter would import JAX and compile again)."""
+    import runpy
     from pathlib import Path
 
+    script = Path(__file__).parents[2] / "examples" / name
+    monkeypatch.setattr("sys.argv", [str(script), *map(str, args)])
+    runpy.run_path(str(script), run_name="__main__")
+    return capsys.readouterr().out
+
+
+def test_private_embedding_check_reads_the_runs_own_figures(tmp_path, monkeypatch, capsys):
+    """examples/private_embedding_global_check.py: its ``server`` column is the run's Ag and
+    its ``own`` column the personalised accuracy the run logged (each client's own tables)."""
     out = tmp_path / "fusion"
     train(TrainConfig(**{**TINY, "embed_dim": 4}, algorithm="fedfusion", out=str(out)),
           log=_quiet)
-    script = Path(__file__).parents[2] / "examples" / "private_embedding_global_check.py"
-    proc = subprocess.run([sys.executable, str(script), str(out)], capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    table = [line.split("|")[1:-1] for line in proc.stdout.splitlines()
-             if line.startswith("| d")]
+    printed = _example("private_embedding_global_check.py", out, monkeypatch=monkeypatch,
+                       capsys=capsys)
+    table = [line.split("|")[1:-1] for line in printed.splitlines() if line.startswith("| d")]
     last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     server = [float(r[1]) for r in table]
     own = [float(r[3]) for r in table]
@@ -124,17 +129,13 @@ def test_private_embedding_check_reads_the_runs_own_figures(tmp_path):
     np.testing.assert_allclose(own, np.round(100 * np.asarray(last["personal_per_client"]), 1))
     # examples/fusion_weights.py on the same run: multi's per-channel gamma, near its start
     # (0) after the run's rounds, since the server keeps it on a momentum of 0.9
-    weights = Path(__file__).parents[2] / "examples" / "fusion_weights.py"
-    proc = subprocess.run([sys.executable, str(weights), str(out)], capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    line = proc.stdout.strip().splitlines()[-1]
+    line = _example("fusion_weights.py", out, monkeypatch=monkeypatch,
+                    capsys=capsys).strip().splitlines()[-1]
     assert "(multi): gamma" in line and f"over {2 * TINY['hidden']} channel(s)" in line, line
     top = float(line.split("max ")[1].split()[0])
     assert 0.0 < abs(top) < 0.1, line
-    proc = subprocess.run([sys.executable, str(weights), str(out), "999"], capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode != 0 and "no checkpoint of round 999" in proc.stderr, proc.stderr
+    with pytest.raises(SystemExit, match="no checkpoint of round 999"):
+        _example("fusion_weights.py", out, 999, monkeypatch=monkeypatch, capsys=capsys)
 
 
 def _copy_without_checkpoints(run, dest):
