@@ -86,7 +86,7 @@ def pytest_collection_modifyitems(config, items):
 
     def key(item):
         try:
-            return rank.get(Path(item.fspath).relative_to(root).as_posix(), len(rank))
+            return rank.get(item.path.relative_to(root).as_posix(), len(rank))
         except ValueError:  # a test outside tests/
             return len(rank)
     items.sort(key=key)
