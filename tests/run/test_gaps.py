@@ -78,3 +78,40 @@ def test_an_offset_every_method_shares_on_a_domain_is_the_clients_and_the_rest_t
     assert "less its client's offset: mean absolute gap 0.00, 0 over 2." in text
     one = "\n".join(gaps.gap_section(["fedavg"], [0], reports, "fdu", CLIENTS))
     assert "median gap over every method" not in one  # one method: nothing to share
+
+
+def test_gap_figures_example_slices_the_exported_runs(tmp_path, monkeypatch, capsys):
+    """examples/gap_figures.py on exported runs whose cells are the paper's plus known
+    shifts: FedAvg +1 (seeds 0, 1: +1 and +3 on the Ap cells only), FedProx -3 set aside."""
+    import json
+    import runpy
+    from pathlib import Path
+
+    folder = tmp_path / "fdu" / "table3"
+    shifted = {("fedavg", 0): 1.0, ("fedavg", 1): 1.0, ("fedprox", 0): -3.0}
+    for (m, seed), shift in shifted.items():
+        report = _shifted(m, {c: shift for c in CLIENTS})
+        report["Ag"] = (paper.TABLE2["fdu"][m]["Avg"] + shift) / 100
+        report["Ap"] = (paper.TABLE3["fdu"][m]["Avg"] + shift) / 100
+        if seed == 1:  # the second seed 2 points above on every Ap^k
+            for r in report["clients"]:
+                r["Ap"] += 0.02
+        run = folder / f"{m}-seed{seed}"
+        run.mkdir(parents=True)
+        (run / "report.json").write_text(json.dumps(report))
+    (folder / "fedmmd-seed0").mkdir()  # not finished: no report, read as absent
+    script = Path(__file__).parents[2] / "examples" / "gap_figures.py"
+    monkeypatch.setattr("sys.argv", [str(script), "--results", str(tmp_path),
+                                     "--set-aside", "fedprox:Ag", "fedprox:Ap"])
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "averages: 4, 2 within 1.5, 2 within 2.0; mean abs 2.00, without the rows set " \
+        "aside 1.00" in out and "over 1.5: fedprox Ag -3.0" in out
+    assert "per-client, methods with no row set aside: 32 cells, mean abs 1.50" in out
+    assert "per-client, raw: 64 cells, mean abs 2.25, 32 over 2, mean -0.75" in out
+    assert "without the rows set aside: 32 cells" in out
+    assert "seeds of fedavg (2), Ag: per-client difference mean abs 0.00, 0 of 16" in out
+    assert "seeds of fedavg (2), Ap: per-client difference mean abs 2.00" in out
+    monkeypatch.setattr("sys.argv", [str(script), "--results", str(tmp_path / "none")])
+    with pytest.raises(SystemExit, match="no finished run"):
+        runpy.run_path(str(script), run_name="__main__")
