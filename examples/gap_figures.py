@@ -34,16 +34,16 @@ import numpy as np
 
 from fedjax_sc.run import gaps, rundir
 from fedjax_sc.run.reproduce import TABLE23_METHODS, client_metric
+from fedjax_sc.run.results import exported_runs
 
 
-def _reports(folder: Path) -> dict[str, list[dict]]:
+def _reports(results: str, scene: str) -> dict[str, list[dict]]:
     """``{method: [report, ...]}`` in seed order, finished runs only."""
-    out: dict[str, list[tuple[int, dict]]] = {}
-    for run in sorted(folder.glob("*-seed*")):
-        method, _, seed = run.name.rpartition("-seed")
+    out: dict[str, list[dict]] = {}
+    for (method, _), run in sorted(exported_runs(results, scene, "table3").items()):
         if (run / "report.json").is_file():
-            out.setdefault(method, []).append((int(seed), rundir.read_json(run / "report.json")))
-    return {m: [r for _, r in sorted(v, key=lambda t: t[0])] for m, v in out.items()}
+            out.setdefault(method, []).append(rundir.read_json(run / "report.json"))
+    return out
 
 
 def _line(label: str, cells: list[dict]) -> str:
@@ -61,10 +61,9 @@ def main() -> None:
     parser.add_argument("--set-aside", nargs="*", default=[], metavar="METHOD:METRIC",
                         help="rows whose gap is explained apart (e.g. fedfusion:Ag)")
     args = parser.parse_args()
-    folder = Path(args.results) / args.scene / "table3"
-    reports = _reports(folder)
+    reports = _reports(args.results, args.scene)
     if not reports:
-        raise SystemExit(f"error: no finished run under {folder}")
+        raise SystemExit(f"error: no finished run under {Path(args.results) / args.scene}/table3")
     aside = set()
     for item in args.set_aside:
         method, _, metric = item.partition(":")
@@ -107,7 +106,8 @@ def main() -> None:
                                            itertools.combinations(range(len(values)), 2)]))
             print(f"seeds of {m} ({len(values)}), {metric}: per-client difference mean abs "
                   f"{diffs.mean():.2f}, {(diffs > gaps.THRESHOLD).sum()} of {diffs.size} over "
-                  f"{gaps.THRESHOLD:g}; seeds' std per cell {values.std(axis=0, ddof=1).mean():.2f}")
+                  f"{gaps.THRESHOLD:g}; seeds' std per cell "
+                  f"{values.std(axis=0, ddof=1).mean():.2f}")
 
 
 if __name__ == "__main__":

@@ -92,8 +92,10 @@ def _round_rows(folder: Path) -> list[dict]:
     return [rows[r] for r in sorted(rows)]
 
 
-def _runs(dest: Path, scene: str, table: str) -> dict[tuple[str, int], Path]:
-    folder = dest / scene / table
+def exported_runs(dest: str | Path, scene: str, table: str) -> dict[tuple[str, int], Path]:
+    """``{(method, seed): folder}`` of the runs exported under ``<dest>/<scene>/<table>/``
+    (:func:`results_dir`), finished or not; empty when the folder is absent."""
+    folder = Path(dest) / scene / table
     out = {}
     for run in sorted(folder.glob("*-seed*")) if folder.is_dir() else []:
         method, _, seed = run.name.rpartition("-seed")
@@ -116,10 +118,10 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
     if table not in TABLES:
         raise ValueError(f"unknown table {table!r}; choose from {TABLES}")
     dest = Path(dest)
-    runs, lender = _runs(dest, scene, table), None
+    runs, lender = exported_runs(dest, scene, table), None
     if not runs and table in RUNS_OF:  # Table 2 reads the Ag of Table 3's runs
         lender = RUNS_OF[table]
-        runs = {k: v for k, v in _runs(dest, scene, lender).items()
+        runs = {k: v for k, v in exported_runs(dest, scene, lender).items()
                 if k[0] in TABLE23_METHODS[table]}
     if not runs:
         raise ValueError(f"no exported run in {dest / scene / table}"
