@@ -26,7 +26,7 @@ import optax
 from fedjax_sc.algorithms import hparams, predict
 from fedjax_sc.algorithms.aggregate import weighted_mean
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientLoss, ClientStart, Params
-from fedjax_sc.algorithms.losses import hsic, knowledge_transfer, masked_mean
+from fedjax_sc.algorithms.losses import HSIC_NORMALIZATIONS, hsic, knowledge_transfer, masked_mean
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM, client_sgd
 from fedjax_sc.models.private_shared import PrivateSharedClassifier
 
@@ -36,7 +36,8 @@ RULES = {"private": r"^(private_[a-z]+|gate|user)/",
 
 
 def kteps_loss(model: PrivateSharedClassifier, lambda_kt: float, lambda_div: float,
-               temperature: float, bandwidth: float | None) -> ClientLoss:
+               temperature: float, bandwidth: float | None,
+               hsic_normalization: str = "biased") -> ClientLoss:
     """The KTEPS client loss, Eq. 9 (the paper's settings are :func:`kteps`'s defaults).
 
     Args:
@@ -45,6 +46,8 @@ def kteps_loss(model: PrivateSharedClassifier, lambda_kt: float, lambda_div: flo
       lambda_div: lambda2, weight of the HSIC diversity term (Eq. 7); 0 skips computing it.
       temperature: T of Eq. 8 (> 0).
       bandwidth: Gaussian kernel sigma of Eq. 7; None = median heuristic per batch.
+      hsic_normalization: ``biased`` (the trace over (n - 1)^2) or ``none`` (the trace
+        alone), :data:`~fedjax_sc.algorithms.losses.HSIC_NORMALIZATIONS`.
 
     Returns:
       A :data:`~fedjax_sc.algorithms.base.ClientLoss` whose aux dict holds ``accuracy``
@@ -58,7 +61,8 @@ def kteps_loss(model: PrivateSharedClassifier, lambda_kt: float, lambda_div: flo
         ce_s = optax.softmax_cross_entropy_with_integer_labels(out.shared_logits, batch.labels)
         ce_p = optax.softmax_cross_entropy_with_integer_labels(out.private_logits, batch.labels)
         kt = knowledge_transfer(out.private_logits, out.shared_logits, temperature)
-        div = (hsic(out.shared_features, out.private_features, batch.mask, bandwidth)
+        div = (hsic(out.shared_features, out.private_features, batch.mask, bandwidth,
+                    hsic_normalization)
                if not hparams.is_zero(lambda_div) else jnp.zeros((), jnp.float32))
         total = masked_mean(ce_s + ce_p + lambda_kt * kt, batch.mask) + lambda_div * div
         correct = lambda g: masked_mean((jnp.argmax(g, -1) == batch.labels).astype(jnp.float32),
@@ -76,14 +80,17 @@ def kteps(model: PrivateSharedClassifier, learning_rate: float = LEARNING_RATE,
           momentum: float = MOMENTUM,
           embedding_learning_rate: float | None = None, lambda_kt: float = 0.01,
           lambda_div: float = 0.01, temperature: float = 0.25, bandwidth: float | None = None,
-          name: str = "kteps") -> Algorithm:
+          hsic_normalization: str = "biased", name: str = "kteps") -> Algorithm:
     """Builds KTEPS (or, with another model variant and ``name``, an arch A/B/C ablation).
 
     Args:
       model: ``PrivateSharedClassifier`` (KTEPS: ``private_from="classifier"``,
         ``projection=True``).
       learning_rate, momentum, embedding_learning_rate: client SGD (paper: 0.01, 0.9).
-      lambda_kt, lambda_div, temperature, bandwidth: see :func:`kteps_loss`.
+      lambda_kt, lambda_div, temperature, bandwidth, hsic_normalization: see
+        :func:`kteps_loss`. Default ``biased``: the estimator of Gretton et al. 2005 that the
+        paper cites, whose scale does not grow with the batch; ``none`` is the reading under
+        which the paper's remarks on lambda2 hold (docs/choices.md).
       name: the algorithm's name in metrics and reports.
 
     Returns:
@@ -91,8 +98,8 @@ def kteps(model: PrivateSharedClassifier, learning_rate: float = LEARNING_RATE,
       probabilities, Remark 4); the global model is the shared branch.
 
     Raises:
-      ValueError: a negative weight, a non-positive temperature or bandwidth, or an invalid
-        learning rate / momentum.
+      ValueError: a negative weight, a non-positive temperature or bandwidth, an unknown HSIC
+        normalization, or an invalid learning rate / momentum.
     """
     if not isinstance(model, PrivateSharedClassifier):
         raise TypeError(f"{name} needs a two-branch model with private and shared heads "
@@ -101,11 +108,15 @@ def kteps(model: PrivateSharedClassifier, learning_rate: float = LEARNING_RATE,
     hparams.check("lambda_div", lambda_div, lambda v: v >= 0, ">= 0")
     hparams.check("temperature", temperature, lambda v: v > 0, "> 0")
     hparams.check("bandwidth", bandwidth, lambda v: v > 0, "> 0")
+    if hsic_normalization not in HSIC_NORMALIZATIONS:
+        raise ValueError(f"hsic_normalization must be one of {HSIC_NORMALIZATIONS}, got "
+                         f"{hsic_normalization!r}")
     predict_fn, global_fn = predict.two_branch(model)
     return Algorithm(
         name=name,
         model=model,
-        client_loss=kteps_loss(model, lambda_kt, lambda_div, temperature, bandwidth),
+        client_loss=kteps_loss(model, lambda_kt, lambda_div, temperature, bandwidth,
+                               hsic_normalization),
         client_optimizer=client_sgd(learning_rate, momentum, embedding_learning_rate),
         aggregator=weighted_mean,
         predict=predict_fn,

@@ -125,12 +125,21 @@ def gaussian_gram(x: jax.Array, bandwidth: jax.Array | float) -> jax.Array:
     return jnp.exp(-_pairwise_sq_distances(x) / (2.0 * jnp.square(bandwidth)))
 
 
+HSIC_NORMALIZATIONS = ("biased", "none")
+"""How :func:`hsic` scales the trace: ``biased`` divides by (n - 1)^2 (Gretton et al.'s biased
+estimator, bounded by 1 for Gaussian kernels), ``none`` leaves ``Tr(L_x H L_y H)`` as it is
+(Li et al. 2021, Eq. 7 prints no factor; (n - 1)^2 = 49 times larger at a batch of 8)."""
+
+
 def hsic(x: jax.Array, y: jax.Array, mask: jax.Array | None = None,
-         bandwidth: float | None = None) -> jax.Array:
+         bandwidth: float | None = None, normalization: str = "biased") -> jax.Array:
     """Empirical HSIC with Gaussian kernels (Li et al. 2021, Eq. 7; Gretton et al. 2005).
 
     ``HSIC = (n - 1)^-2 Tr(L_x H L_y H)`` with ``H = I - 11^T / n`` over the n real rows. It
     is >= 0 (a trace of a product of two PSD matrices), near 0 when x and y are independent.
+    ``normalization="none"`` drops the ``(n - 1)^-2`` factor (the paper's Eq. 7 leaves the
+    scale unstated; its remark that the diversity loss is larger than the knowledge-transfer
+    loss fits the unscaled trace, see docs/results.md).
 
     The paper uses "gaussian kernel function" without a bandwidth. Default: the median
     heuristic (:func:`median_bandwidth`), computed per batch and per argument without gradient;
@@ -141,10 +150,17 @@ def hsic(x: jax.Array, y: jax.Array, mask: jax.Array | None = None,
       y: float ``[B, g]`` (the projected private features o_p).
       mask: optional bool ``[B]``; rows where it is False are left out entirely.
       bandwidth: optional Gaussian kernel sigma (> 0) for both arguments.
+      normalization: one of :data:`HSIC_NORMALIZATIONS`.
 
     Returns:
       float32 scalar (0 when fewer than two rows are real).
+
+    Raises:
+      ValueError: an unknown ``normalization``.
     """
+    if normalization not in HSIC_NORMALIZATIONS:
+        raise ValueError(f"hsic normalization must be one of {HSIC_NORMALIZATIONS}, got "
+                         f"{normalization!r}")
     b = x.shape[0]
     m = (jnp.ones((b,), bool) if mask is None else mask).astype(jnp.float32)
     n = jnp.sum(m)
@@ -153,7 +169,9 @@ def hsic(x: jax.Array, y: jax.Array, mask: jax.Array | None = None,
     h = jnp.diag(m) - jnp.outer(m, m) / jnp.maximum(n, 1.0)  # centring over real rows only
     kx = h @ gaussian_gram(x, sx) @ h
     ky = gaussian_gram(y, sy)
-    value = jnp.sum(kx * ky) / jnp.square(jnp.maximum(n - 1.0, 1.0))  # Tr(H Lx H Ly)
+    value = jnp.sum(kx * ky)  # Tr(H Lx H Ly)
+    if normalization == "biased":
+        value = value / jnp.square(jnp.maximum(n - 1.0, 1.0))
     return jnp.where(n >= 2, value, 0.0)
 
 

@@ -95,6 +95,8 @@ class TrainConfig:
       lambda_div: KTEPS lambda2, HSIC diversity weight (Eq. 9; paper 0.01; arch_* use 0).
       temperature: KTEPS T of Eq. 8 (paper 0.25).
       bandwidth: HSIC Gaussian kernel sigma; None = median heuristic per batch.
+      hsic_normalization: ``biased`` (HSIC over (n - 1)^2, default) or ``none`` (the trace
+        alone, 49x larger at batch 8).
       furl_dim: size of FURL's private user vector (0: none).
       pca_band: (d1, d2), upload the shared word embeddings projected on principal components
         d1..d2 (KTEPS*, Eq. 10-12); kteps_star's default keeps the paper's proportions
@@ -219,6 +221,7 @@ class TrainConfig:
     lambda_div: float = registry.default("lambda_div")
     temperature: float = registry.default("temperature")
     bandwidth: float | None = None
+    hsic_normalization: str = registry.default("hsic_normalization")
     furl_dim: int = registry.default("furl_dim")
     pca_band: tuple[int, int] | None = None
     pca_center: bool = registry.default("pca_center")

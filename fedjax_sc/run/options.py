@@ -20,6 +20,7 @@ def default(field: str):
 
 def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     """The options of one run; ``grid``: those shared by every run of a reproduction."""
+    from fedjax_sc.algorithms.losses import HSIC_NORMALIZATIONS
     from fedjax_sc.data.partition import PARTITIONS
     from fedjax_sc.models.fusion import CONV_INITS, FUSIONS
     from fedjax_sc.run.members import GRID_NAMES
@@ -51,6 +52,10 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     k.add_argument("--temperature", type=float, default=default("temperature"), help="T of Eq. 8")
     k.add_argument("--bandwidth", type=float,
                    help="HSIC Gaussian kernel sigma (default: median heuristic per batch)")
+    k.add_argument("--hsic-normalization", choices=HSIC_NORMALIZATIONS,
+                   default=default("hsic_normalization"),
+                   help="biased: the trace over (n - 1)^2 (Gretton et al.; default); none: the "
+                   "trace alone, 49x larger at batch 8 (docs/choices.md)")
     u = t.add_argument_group("upload privacy and compression (KTEPS*, Alg. 1; any algorithm)")
     if not grid:
         u.add_argument("--pca-band", type=int, nargs=2, metavar=("D1", "D2"),

@@ -84,6 +84,7 @@ OPTIONS: dict[str, tuple[Callable, str]] = {
     "lambda_div": (kteps, "lambda_div"),
     "temperature": (kteps, "temperature"),
     "bandwidth": (kteps, "bandwidth"),
+    "hsic_normalization": (kteps, "hsic_normalization"),
     "pca_center": (compression.pca_compress, "center"),
     "prox_mu": (fedprox.proximal, "mu"),
     "mmd_weight": (fedmmd.mmd_penalty, "weight"),
@@ -108,7 +109,8 @@ the builder."""
 
 KTEPS_LOSS = ("kteps", "kteps_star", "arch_a", "arch_b", "arch_c")
 READ_BY: dict[str, tuple[str, ...]] = {
-    **dict.fromkeys(("lambda_kt", "lambda_div", "temperature", "bandwidth"), KTEPS_LOSS),
+    **dict.fromkeys(("lambda_kt", "lambda_div", "temperature", "bandwidth",
+                     "hsic_normalization"), KTEPS_LOSS),
     "prox_mu": ("fedprox", "fedprox_kc"),
     **dict.fromkeys(("mmd_weight", "mmd_kernel"), ("fedmmd",)),
     **dict.fromkeys(("fusion", "fusion_init", "fusion_private_embedding",
@@ -174,7 +176,7 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
       dp_clip, dp_noise: DP-SGD on the shared leaves (C, None = off; noise multiplier z).
       server_opt: a FedOpt server (None: the aggregate is the new model).
       **options: any of :data:`OPTIONS`; one left out takes its builder's default. The loss
-        settings (lambda_kt, lambda_div, temperature, bandwidth) apply to kteps, kteps_star
+        settings (lambda_kt, lambda_div, temperature, bandwidth, hsic_normalization) apply to kteps, kteps_star
         and arch_a/b/c (the ablation always uses lambda_div = 0, Table 8); prox_mu (fedprox,
         fedprox_kc),
         mmd_weight, fusion, kc_* and asp_* set the baselines.
@@ -232,7 +234,7 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
             algorithm = kteps(model, **opt, lambda_kt=o["lambda_kt"],
                               lambda_div=0.0 if name.startswith("arch_") else o["lambda_div"],
                               temperature=o["temperature"], bandwidth=o["bandwidth"],
-                              name=name)
+                              hsic_normalization=o["hsic_normalization"], name=name)
     else:
         raise ValueError(f"unknown algorithm {name!r}; choose from {ALGORITHMS}")
     algorithm = algorithm._replace(upload=private_upload(pca_band, upload_noise,

@@ -1,6 +1,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -79,6 +80,20 @@ def test_hsic_leaves_out_masked_rows_and_fixed_bandwidth():
     assert np.isfinite(float(jax.jit(lambda a, b: losses.hsic(a, b, bandwidth=0.7))(x, y)))
     grads = jax.jit(jax.grad(lambda a: losses.hsic(a, y, mask)))(x)
     assert np.all(np.isfinite(grads)) and np.all(np.asarray(grads[5:]) == 0)
+
+
+def test_hsic_without_normalization_is_the_trace_over_the_real_rows():
+    """``normalization="none"``: the biased estimator times (n - 1)^2, n the real rows."""
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.normal(size=(8, 3)), jnp.float32)
+    y = jnp.asarray(rng.normal(size=(8, 2)), jnp.float32)
+    mask = jnp.array([True] * 6 + [False] * 2)
+    trace = jax.jit(lambda a, b, m: losses.hsic(a, b, m, normalization="none"))
+    np.testing.assert_allclose(trace(x, y, mask), 25.0 * HSIC(x, y, mask), rtol=1e-5)
+    np.testing.assert_allclose(trace(x, y, jnp.ones(8, bool)), _numpy_hsic(x, y) * 49.0,
+                               rtol=2e-4)
+    with pytest.raises(ValueError, match="normalization"):
+        losses.hsic(x, y, normalization="unbiased")
 
 
 def test_knowledge_transfer_matches_eq8_and_gives_no_gradient_to_the_shared_branch():
