@@ -178,3 +178,14 @@ def test_one_round_on_two_real_fdu_domains(fdu_dir, tmp_path):
     assert 0.0 <= report["Ag"] <= 1.0
     chex.assert_tree_all_finite(report["params"])
     assert jax.tree.leaves(report["params"])[0].shape[0] > 0
+
+
+def test_every_algorithm_option_reaches_the_builder_from_the_config():
+    """Each option of the registry is passed from ``TrainConfig`` to ``build_algorithm`` (an
+    option left out would silently run with its default whatever the flag says)."""
+    from fedjax_sc.data.scenes import synthetic_scene
+    from fedjax_sc.run import registry
+    from fedjax_sc.run.setup import algorithm_options
+    c = TrainConfig(scene="synthetic", algorithm="kteps").resolved()
+    passed = set(algorithm_options(c, synthetic_scene(num_clients=2)))
+    assert set(registry.OPTIONS) <= passed, sorted(set(registry.OPTIONS) - passed)
