@@ -20,7 +20,10 @@ from fedjax_sc.algorithms.base import (
     Algorithm,
     Batch,
     CentralTrainer,
+    ClientEnd,
     ClientStart,
+    Hooks,
+    ServerInputs,
     UploadContext,
     UploadTransform,
     bind,
@@ -28,8 +31,10 @@ from fedjax_sc.algorithms.base import (
     identity_upload,
 )
 from fedjax_sc.algorithms.compression import pca_compress
+from fedjax_sc.algorithms.context import BuildContext
 from fedjax_sc.algorithms.dp_sgd import dp_sgd
 from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.algorithms.feddyn import dynamic_regularizer, feddyn
 from fedjax_sc.algorithms.fedfusion import fedfusion
 from fedjax_sc.algorithms.fedkc import fedkc
 from fedjax_sc.algorithms.fedmmd import fedmmd, mmd_penalty
@@ -52,6 +57,7 @@ from fedjax_sc.core.evaluate import (
     paired_ag_difference,
 )
 from fedjax_sc.core.heterogeneity import LocalWork
+from fedjax_sc.core.leaves import gather_table_rows, reduce_table_rows, scatter_table_rows
 from fedjax_sc.core.local import local_steps
 from fedjax_sc.core.personalize import Personalization, make_personalize
 from fedjax_sc.core.population import build_population_round, grid, init_population
@@ -70,7 +76,9 @@ from fedjax_sc.models.private_shared import PrivateSharedClassifier
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
 
 __all__ = [
-    "Algorithm", "Batch", "CentralTrainer", "ClientData", "ClientStart", "ClientStates",
+    "Algorithm", "Batch", "BuildContext", "CentralTrainer", "ClientData", "ClientEnd",
+    "ClientStart", "ClientStates", "Hooks", "ServerInputs", "dynamic_regularizer", "feddyn",
+    "gather_table_rows", "reduce_table_rows", "scatter_table_rows", "train",
     "LocalWork", "Personalization", "PrivateSharedClassifier", "RoundMetrics", "Scene",
     "ServerState", "TextClassifier", "UploadContext", "UploadTransform", "asp", "bind", "build_population_round",
     "build_round", "build_round_parts", "build_scene", "chain", "client_data", "client_sgd",
@@ -81,3 +89,12 @@ __all__ = [
     "make_personalize", "make_round_step", "mean_accuracy", "mmd_penalty", "paired_ag_difference",
     "pca_compress", "pfl_da", "proximal", "synthetic_scene",
 ]
+
+
+def __getattr__(name: str):
+    """``fsc.train`` (:func:`fedjax_sc.run.api.train`), imported on first use: the run
+    machinery (orbax, the CLI's modules) is not loaded by ``import fedjax_sc``."""
+    if name == "train":
+        from fedjax_sc.run.api import train
+        return train
+    raise AttributeError(f"module 'fedjax_sc' has no attribute {name!r}")

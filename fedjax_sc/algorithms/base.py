@@ -70,11 +70,21 @@ class ClientStart(NamedTuple):
         the round, stacked ``[num_clients, ...]`` (FedKC's cluster centroids), or ``()``
         without a knowledge exchange (and in the Ap phase).
       client: int32 scalar, this client's index on the client axis (ASP's domain label).
+      state: this client's own algorithm state (:attr:`Hooks.client_init`; SCAFFOLD's c_i,
+        FedDyn's gradient), ``()`` without one. Fixed during local training.
+      server: the server's algorithm state as the client downloads it
+        (:attr:`Hooks.server_init`; SCAFFOLD's c), ``()`` without one.
+
+    With local vocabularies, every ``[V, d]`` leaf of ``state`` and ``server`` that sits at a
+    word-embedding table's path (a path ending in ``embedding/embedding``) arrives as the
+    client's rows ``[R, d]``, aligned with ``params``.
     """
 
     params: Params
     knowledge: Any = ()
     client: jax.Array | int = 0
+    state: Any = ()
+    server: Any = ()
 
 
 ClientLoss = Callable[[Params, Batch, jax.Array, ClientStart],
@@ -205,6 +215,86 @@ def chain(*transforms: UploadTransform) -> UploadTransform:
     return UploadTransform(init, encode, decode)
 
 
+class ClientEnd(NamedTuple):
+    """What :attr:`Hooks.client_end` sees when a client's local training ends.
+
+    Attributes:
+      start: the client's :class:`ClientStart` (start params, its state, the server's state).
+      params: the trained params (shared and private leaves; tables as rows with local
+        vocabularies, like ``start.params``).
+      steps: int32 scalar, the number of real local steps the client ran (SCAFFOLD's K).
+    """
+
+    start: ClientStart
+    params: Params
+    steps: jax.Array
+
+
+class ServerInputs(NamedTuple):
+    """What :attr:`Hooks.server_update` sees after the round's aggregation.
+
+    Attributes:
+      params: the new global (shared) params: the aggregate after the server optimizer.
+      previous: the global params the round started from.
+      state: the server's algorithm state.
+      messages: every client's message from :attr:`Hooks.client_end`, stacked ``[K, ...]``
+        (tables as each client's rows ``[K, R, d]``: sum them with ``reduce``).
+      weights: float32 ``[K]``, the aggregation weights (N^k / N over the clients that
+        trained, summing to 1; 0 for a client that did not).
+      participating: bool ``[K]``, the clients that trained this round (a sampled client
+        with examples and at least one step; never a padding client).
+      reduce: ``reduce(tree, w) -> sum_k w[k] tree[k]`` for float32 weights ``w`` ``[K]``:
+        a stacked message tree reduced over the client axis, each table's rows scattered
+        into the full ``[V, d]`` table (rows a client does not hold count as zero), so use
+        it on messages that are changes, not values (drjax's ``reduce_sum``).
+    """
+
+    params: Params
+    previous: Params
+    state: Any
+    messages: Any
+    weights: jax.Array
+    participating: jax.Array
+    reduce: Callable[[Any, jax.Array], Any]
+
+
+def _no_state(params: Params) -> Any:
+    del params
+    return ()
+
+
+class Hooks(NamedTuple):
+    """The state an algorithm owns and the functions that read and write it inside the one
+    compiled round (as fedjax's ``client_init / client_step / client_final`` and optax's
+    ``init / update`` pairs). Every field is optional; ``Hooks()`` is a stateless algorithm.
+
+    * ``client_init(params) -> state``: one client's round-0 state from the initial shared
+      params (unstacked); the round keeps it stacked ``[N, ...]`` across rounds, checkpoints
+      it, keeps it for clients that sit a round out and gives it to the client loss as
+      ``ClientStart.state``.
+    * ``server_init(params) -> state``: the server's round-0 state; every client loss sees it
+      as ``ClientStart.server``.
+    * ``client_end(ClientEnd) -> (state, message)``: after local training, the client's new
+      state and what it sends the server besides its upload (``()`` for nothing). A client
+      that ran no step keeps its state and its message is weighed 0.
+    * ``server_update(ServerInputs) -> (params, state)``: after aggregation, the new global
+      params and server state.
+
+    What a local step does with the state is the client loss's business: a term that reads
+    ``start.state`` / ``start.server`` (SCAFFOLD's correction is the linear term
+    ``<c - c_i, w>``, whose gradient is the correction).
+
+    Leaves of either state placed at a word-embedding table's path (ending in
+    ``embedding/embedding``) with the table's ``[V, d]`` shape are handled by rows under
+    local vocabularies (gathered for the client, its rows written back).
+    """
+
+    client_init: Callable[[Params], Any] = _no_state
+    server_init: Callable[[Params], Any] = _no_state
+    client_end: Callable[[ClientEnd], tuple[Any, Any]] | None = None
+    server_update: Callable[[ServerInputs], tuple[Params, Any]] | None = None
+
+
 class CentralTrainer(NamedTuple):
     """Centralised training in place of the federated round: how a baseline without privacy
     (FS, ASP) is trained, provided by the algorithm itself (``Algorithm.central``).
@@ -262,6 +352,8 @@ class Algorithm(NamedTuple):
         itself from the model it downloads, frozen during local training and never sent
         (FedFusion's reference extractor, Yao et al. 2019); see
         :mod:`fedjax_sc.algorithms.copies`. Empty for every other algorithm.
+      hooks: the state the algorithm owns and its hooks (:class:`Hooks`; SCAFFOLD, FedDyn);
+        ``Hooks()`` for a stateless one.
     """
 
     name: str
@@ -279,3 +371,4 @@ class Algorithm(NamedTuple):
     knowledge: KnowledgeFn | None = None
     central: CentralTrainer | None = None
     local_copies: Mapping[str, str] = {}
+    hooks: Hooks = Hooks()

@@ -40,12 +40,14 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
     :func:`fedjax_sc.core.round.build_round`).
 
     Returns:
-      ``client_update(params, tokens, labels, mask, key, knowledge=(), client=0, budget=None)
-      -> (params, RoundMetrics)`` for one client: ``tokens`` int32 ``[max_examples, len]``,
-      ``labels`` int32 ``[max_examples]``, ``mask`` bool ``[max_examples]``; ``knowledge`` and
-      ``client`` (int32 scalar) reach an anchored loss in its
-      :class:`~fedjax_sc.algorithms.base.ClientStart` (with ``params``, its local copies made
-      (:mod:`fedjax_sc.algorithms.copies`), as the start params);
+      ``client_update(params, tokens, labels, mask, key, knowledge=(), client=0, budget=None,
+      state=(), server=()) -> (params, RoundMetrics, start)`` for one client: ``tokens``
+      int32 ``[max_examples, len]``, ``labels`` int32 ``[max_examples]``, ``mask`` bool
+      ``[max_examples]``; ``knowledge``, ``client`` (int32 scalar), the client's algorithm
+      ``state`` and the ``server``'s reach the loss in its
+      :class:`~fedjax_sc.algorithms.base.ClientStart` ``start`` (with ``params``, its local
+      copies made (:mod:`fedjax_sc.algorithms.copies`), as the start params), which is
+      returned for the algorithm's ``client_end`` hook;
       the metrics fields are scalars. The loss of epoch e, batch j gets the key
       ``fold_in(fold_in(key, e), j)`` -- independent of padding too. With an active ``work``
       (:mod:`fedjax_sc.core.heterogeneity`) the client runs the first ``budget`` (int32
@@ -60,9 +62,10 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
                 else algorithm.client_gradient(loss))
 
     def client_update(params: Params, tokens, labels, mask, key, knowledge=(), client=0,
-                      budget=None):
+                      budget=None, state=(), server=()):
         params = copies.make_copies(params, algorithm.local_copies)
-        loss_and_grad = gradient_fn(ClientStart(params, knowledge, client))
+        start = ClientStart(params, knowledge, client, state, server)
+        loss_and_grad = gradient_fn(start)
 
         def step(params, inputs):
             i, m, e, j = stream_batch(key, mask, batch_size, inputs) if hetero else inputs
@@ -90,6 +93,6 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
         denom = jnp.maximum(n, 1).astype(jnp.float32)
         aux = {k: jnp.sum(v) / denom for k, v in aux.items()}
         return params, RoundMetrics(jnp.sum(losses) / denom, aux["accuracy"],
-                                    n.astype(jnp.int32), finite, aux)
+                                    n.astype(jnp.int32), finite, aux), start
 
     return client_update

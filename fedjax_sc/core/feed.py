@@ -36,9 +36,11 @@ class PopulationFeed:
 
     Args:
       data: the round's training split, host arrays (``round.host_client_data``), N clients.
-      private: the members' private leaves, stacked ``[P, N, ...]`` (``ClientStates.private``
-        of :func:`~fedjax_sc.core.population.init_from_params`); ``[N, ...]`` without the
-        member axis.
+      private: the members' per-client pytree, stacked ``[P, N, ...]``: the private leaves
+        (``ClientStates.private``), or a whole ``ClientStates`` with the algorithm's own
+        client state (as the training loop passes it); ``[N, ...]`` without the member axis.
+        Any pytree whose leaves lead with the client axis is gathered, kept and scattered
+        the same way.
       mesh: a :func:`~fedjax_sc.core.sharding.population_mesh` whose member axis divides P
         (without the member axis: any mesh with a ``clients`` axis; the clients split over
         it, replicated over the others).

@@ -50,3 +50,77 @@ def scatter_rows(params: Params, reference: Params, ids: jax.Array, vmask: jax.A
 def has_leaf(params: Params, path: tuple[str, ...]) -> bool:
     """Whether the nested-dict ``params`` holds a leaf at ``path``."""
     return path in traverse_util.flatten_dict(params)
+
+
+def _path_names(path) -> tuple[str, ...]:
+    """A ``tree_flatten_with_path`` key path as names (dict keys, attribute names, indices)."""
+    names = []
+    for k in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(k, attr):
+                names.append(str(getattr(k, attr)))
+                break
+    return tuple(names)
+
+
+def _table_of(path, tables) -> tuple[str, ...] | None:
+    """The table path among ``tables`` that the key path ends with, or None."""
+    names = _path_names(path)
+    for t in tables:
+        if names[-len(t):] == tuple(t):
+            return tuple(t)
+    return None
+
+
+def gather_table_rows(tree, ids: jax.Array, tables) -> object:
+    """Any pytree (an algorithm's state, a message) with every leaf whose path ends with one
+    of ``tables`` (e.g. ``("embedding", "embedding")``) replaced by its rows ``ids``
+    (int32 ``[R]``): a ``[V, d]`` state leaf seen as the client's local-vocabulary rows,
+    aligned with its params (:func:`gather_rows` for params-shaped dicts only)."""
+    if not tables:
+        return tree
+    return jax.tree_util.tree_map_with_path(
+        lambda p, x: x[ids] if _table_of(p, tables) is not None else x, tree)
+
+
+def scatter_table_rows(rows, reference, ids: jax.Array, vmask: jax.Array, tables) -> object:
+    """Inverse of :func:`gather_table_rows`: ``reference`` (the full tree) with the rows of
+    each table leaf of ``rows`` written back at ``ids`` (entries where ``vmask`` is False
+    dropped); every other leaf taken from ``rows``."""
+    if not tables:
+        return rows
+
+    def put(p, r, full):
+        if _table_of(p, tables) is None:
+            return r
+        safe = jnp.where(vmask, ids, full.shape[0])  # out of range: dropped
+        return full.at[safe].set(r, mode="drop")
+
+    return jax.tree_util.tree_map_with_path(put, rows, reference)
+
+
+def reduce_table_rows(stacked, weights: jax.Array, ids: jax.Array | None,
+                      vmask: jax.Array | None, sizes: dict[tuple[str, ...], int]) -> object:
+    """``sum_k weights[k] stacked[k]`` over the leading client axis of every leaf, a table
+    leaf's rows (``[K, R, d]``, the paths ending in a key of ``sizes``) scattered into the
+    full ``[V, d]`` table (``V = sizes[table]``; rows a client does not hold count as 0).
+
+    Args:
+      stacked: a pytree of ``[K, ...]`` leaves.
+      weights: float ``[K]``.
+      ids, vmask: int32 and bool ``[K, R]``, each client's rows (None: no table by rows).
+      sizes: ``{table path: V}`` of the tables held by rows.
+    """
+    tables = list(sizes) if ids is not None else []
+
+    def one(p, x):
+        w = weights.astype(x.dtype)
+        t = _table_of(p, tables)
+        if t is None:
+            return jnp.tensordot(w, x, axes=1)
+        scaled = x * (vmask.astype(x.dtype) * w[:, None]).reshape(
+            vmask.shape + (1,) * (x.ndim - 2))
+        return jnp.zeros((sizes[t],) + x.shape[2:], x.dtype).at[ids.reshape(-1)].add(
+            scaled.reshape((-1,) + x.shape[2:]))
+
+    return jax.tree_util.tree_map_with_path(one, stacked)

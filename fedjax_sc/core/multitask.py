@@ -176,8 +176,8 @@ def build_multitask_round(algorithm: Algorithm, *, batch_size: int, local_epochs
             finite &= jnp.all(jnp.isfinite(leaf.reshape(num, -1)), axis=1)
         metrics = RoundMetrics(jnp.sum(losses, axis=0) / denom, aux["accuracy"],
                                n.astype(jnp.int32), finite, aux)
-        return (ServerState(shared, state.round + 1, state.opt_state, state.upload_state),
-                ClientStates(private), metrics)
+        return (state._replace(params=shared, round=state.round + 1),
+                ClientStates(private), metrics)  # a central trainer owns no hooks
 
     return round_step
 

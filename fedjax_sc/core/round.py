@@ -19,7 +19,11 @@ metrics)``:
    (:mod:`fedjax_sc.core.client`); with heterogeneous clients (``work``,
    :mod:`fedjax_sc.core.heterogeneity`) each client runs its own budget of steps instead, and
    a client without steps uploads nothing;
-3. each client keeps its private leaves (the new ``client_states``) and encodes its shared
+3. an algorithm that owns state (``Algorithm.hooks``: SCAFFOLD, FedDyn) ends each client's
+   training with its ``client_end`` hook (the client's new state and a message to the
+   server; a client without steps keeps its state), and after the aggregation below its
+   ``server_update`` hook sets the new global params and server state;
+   each client keeps its private leaves (the new ``client_states``) and encodes its shared
    ones (local copies left out) with the algorithm's upload transform; the server decodes every message, aggregates
    them with weights N^k / N (or ``ClientData.weights``, normalised) and applies its server
    update (the aggregate itself, or an optax step on the pseudo-gradient
@@ -60,18 +64,24 @@ from fedjax_sc.algorithms import copies, fednova, masking
 from fedjax_sc.algorithms.aggregate import example_weights, weighted_mean_rows
 from fedjax_sc.algorithms.base import (
     Algorithm,
+    ClientEnd,
     Params,
+    ServerInputs,
     UploadContext,
 )
 from fedjax_sc.core.client import RoundMetrics, build_client_update  # noqa: F401 (re-exported)
 from fedjax_sc.core.heterogeneity import LocalWork, budgets, participation_weights
 from fedjax_sc.core.leaves import (  # noqa: F401 (re-exported)
     gather_rows,
+    gather_table_rows,
     get_leaf,
     has_leaf,
+    reduce_table_rows,
     replace_leaf,
     scatter_rows,
+    scatter_table_rows,
 )
+from fedjax_sc.core.local import keep_where
 from fedjax_sc.data.client_data import ClientData
 from fedjax_sc.data.vocab import PAD
 from fedjax_sc.models.text_classifier import TABLE_MODULES
@@ -90,12 +100,15 @@ class ServerState(NamedTuple):
       round: int32 scalar, the number of rounds completed.
       opt_state: the server optimizer's state (``()`` without a server optimizer).
       upload_state: the upload transform's state (``()`` for the identity upload).
+      algorithm: the algorithm's own server state (``Algorithm.hooks.server_init``:
+        SCAFFOLD's control variate, FedDyn's h), ``()`` without one.
     """
 
     params: Params
     round: jax.Array
     opt_state: Any = ()
     upload_state: Any = ()
+    algorithm: Any = ()
 
 
 class ClientStates(NamedTuple):
@@ -104,9 +117,13 @@ class ClientStates(NamedTuple):
     Attributes:
       private: the private leaves of all clients, stacked ``[num_clients, ...]`` (an empty dict
         when the algorithm has none). They never leave their client.
+      algorithm: every client's own algorithm state (``Algorithm.hooks.client_init``:
+        SCAFFOLD's c_i, FedDyn's gradient), stacked ``[num_clients, ...]``; ``()`` without
+        one. Kept, sampled and checkpointed with the private leaves.
     """
 
     private: Params
+    algorithm: Any = ()
 
 
 
@@ -118,17 +135,19 @@ class RoundParts(NamedTuple):
 
     Attributes:
       local_training: ``(server_state, client_states, clients, rng) -> (shared, client_states,
-        metrics)``: every client's local epochs under ``vmap``; ``shared`` holds each client's
-        trained shared leaves stacked ``[K, ...]`` (word-embedding tables as the client's
-        local rows ``[K, R, d]`` when ``clients.vocab_ids`` is set).
+        metrics, messages)``: every client's local epochs under ``vmap``; ``shared`` holds
+        each client's trained shared leaves stacked ``[K, ...]`` (word-embedding tables as the
+        client's local rows ``[K, R, d]`` when ``clients.vocab_ids`` is set); ``messages``
+        what the algorithm's ``client_end`` hook sends besides the upload (``()`` without).
       encode: ``(server_state, shared, clients, rng) -> (messages, diagnostics)``: every
         client's upload transform; ``diagnostics`` ``{name: [K]}``.
       decode: ``(server_state, messages) -> uploads``: the server's decoding of each message,
         same structure as ``shared``.
-      aggregate: ``(server_state, uploads, clients, steps=None) -> server_state``: weighted
-        mean with N^k / N (tables by rows when local), then the server update; with
-        heterogeneous clients ``steps`` (``RoundMetrics.steps``) zeroes the weight of a client
-        without steps and feeds FedNova.
+      aggregate: ``(server_state, uploads, clients, steps=None, messages=()) ->
+        server_state``: weighted mean with N^k / N (tables by rows when local), the server
+        optimizer, then the algorithm's ``server_update`` hook (which reads ``messages``);
+        with heterogeneous clients ``steps`` (``RoundMetrics.steps``) zeroes the weight of a
+        client without steps and feeds FedNova.
     """
 
     local_training: Callable
@@ -159,7 +178,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
     work = (work or LocalWork()).check()
     client_update = build_client_update(algorithm, batch_size=batch_size,
                                         local_epochs=local_epochs, work=work)
-    upload = algorithm.upload
+    upload, hooks = algorithm.upload, algorithm.hooks
 
     def tables(params, clients):
         """The table paths of ``params`` trained by rows (none without local vocabularies)."""
@@ -200,20 +219,31 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                 vocab_ids, clients.tokens, clients.labels, clients.mask,
                 jnp.arange(clients.num_clients))
 
-        def one_client(private, ids, vmask, tokens, labels, mask, key, client, budget):
-            params, metrics = client_update(start_params(private, ids), tokens, labels, mask,
-                                            key, knowledge, client, budget)
+        row_tables = shared_tables + private_tables  # states' table leaves go by rows too
+
+        def one_client(private, own, ids, vmask, tokens, labels, mask, key, client, budget):
+            own_rows = gather_table_rows(own, ids, row_tables)
+            params, metrics, start = client_update(
+                start_params(private, ids), tokens, labels, mask, key, knowledge, client,
+                budget, own_rows, gather_table_rows(state.algorithm, ids, row_tables))
+            message = ()
+            if hooks.client_end is not None:
+                new_own, message = hooks.client_end(ClientEnd(start, params, metrics.steps))
+                # a client that ran no step (padding, dropped) keeps its state
+                own = scatter_table_rows(keep_where(metrics.steps > 0, new_own, own_rows),
+                                         own, ids, vmask, row_tables)
             shared, new_private = split_private(algorithm, params)
             new_private = scatter_rows(new_private, private, ids, vmask, private_tables)
-            return shared, new_private, metrics
+            return shared, new_private, own, metrics, message
 
         steps = (budgets(work, jax.random.fold_in(round_key, streams.WORK), clients.counts,
                          batch_size, local_epochs) if work.active
                  else jnp.zeros((clients.num_clients,), jnp.int32))
-        shared, private, metrics = jax.vmap(one_client)(
-            client_states.private, vocab_ids, vocab_mask, clients.tokens, clients.labels,
-            clients.mask, keys, jnp.arange(clients.num_clients, dtype=jnp.int32), steps)
-        return shared, ClientStates(private), metrics
+        shared, private, own, metrics, messages = jax.vmap(one_client)(
+            client_states.private, client_states.algorithm, vocab_ids, vocab_mask,
+            clients.tokens, clients.labels, clients.mask, keys,
+            jnp.arange(clients.num_clients, dtype=jnp.int32), steps)
+        return shared, ClientStates(private, own), metrics, messages
 
     def encode(state: ServerState, shared: Params, clients: ClientData, rng: jax.Array):
         shared = copies.without_copies(shared, algorithm.local_copies)  # never sent
@@ -234,7 +264,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         return jax.vmap(lambda m: upload.decode(m, state.upload_state))(messages)
 
     def aggregate(state: ServerState, uploads: Params, clients: ClientData,
-                  steps: jax.Array | None = None) -> ServerState:
+                  steps: jax.Array | None = None, messages: Any = ()) -> ServerState:
         raw = clients.counts if clients.weights is None else clients.weights
         if work.active:
             if steps is None:
@@ -242,6 +272,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                                  "client's local steps (RoundMetrics.steps)")
             raw = participation_weights(raw, steps)
         weights = example_weights(raw)
+        trained = raw > 0 if steps is None else (raw > 0) & (steps > 0)
         # the local copies are not sent: aggregated without them, remade from the model
         # the clients downloaded (mod:`fedjax_sc.algorithms.copies`)
         base = copies.without_copies(state.params, algorithm.local_copies)
@@ -259,13 +290,21 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
             updates, opt_state = algorithm.server_optimizer.update(pseudo_grad, opt_state,
                                                                    base)
             params = optax.apply_updates(base, updates)
+        server = state.algorithm
+        if hooks.server_update is not None:
+            sizes = {p: get_leaf(base, p).shape[0] for p in tables(base, clients)}
+            reduce = lambda tree, w: reduce_table_rows(tree, w, clients.vocab_ids,
+                                                       row_masks(clients), sizes)
+            params, server = hooks.server_update(ServerInputs(
+                params, base, server, messages, weights, trained, reduce))
         params = copies.restore_copies(params, state.params, algorithm.local_copies)
         # no client with an example (weights summing to 0): the mean would be all zeros and
         # kill the model for good; the server keeps its model and optimizer state instead
         empty = jnp.sum(raw) <= 0
         keep = lambda old, new: jax.tree.map(lambda a, b: jnp.where(empty, a, b), old, new)
         return ServerState(keep(state.params, params), state.round + 1,
-                           keep(state.opt_state, opt_state), state.upload_state)
+                           keep(state.opt_state, opt_state), state.upload_state,
+                           keep(state.algorithm, server))
 
     def normalised_uploads(params, uploads, clients, weights, steps):
         """FedNova: every upload moved tau_eff / ||a_k|| along its own update."""
@@ -311,11 +350,11 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
     def round_step(state: ServerState, client_states: ClientStates, clients: ClientData,
                    rng: jax.Array):
         check_clients(client_states, clients)
-        shared, client_states, metrics = parts.local_training(state, client_states, clients,
-                                                              rng)
+        shared, client_states, metrics, sent = parts.local_training(state, client_states,
+                                                                    clients, rng)
         messages, diagnostics = parts.encode(state, shared, clients, rng)
         new_state = parts.aggregate(state, parts.decode(state, messages), clients,
-                                    metrics.steps)
+                                    metrics.steps, sent)
         if set(diagnostics) & set(metrics.aux):
             raise ValueError(f"upload diagnostics {sorted(diagnostics)} collide with the "
                              f"client loss's aux {sorted(metrics.aux)}")
@@ -376,8 +415,12 @@ def init_states(algorithm: Algorithm, params: Params,
     sent = copies.without_copies(shared, algorithm.local_copies)
     opt_state = (() if algorithm.server_optimizer is None
                  else algorithm.server_optimizer.init(sent))
+    hooks = algorithm.hooks
+    own = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_clients,) + jnp.shape(x)),
+                       hooks.client_init(sent))
     return (ServerState(shared, jnp.zeros((), jnp.int32), opt_state,
-                        algorithm.upload.init(sent)), ClientStates(stacked))
+                        algorithm.upload.init(sent), hooks.server_init(sent)),
+            ClientStates(stacked, own))
 
 
 def split_private(algorithm: Algorithm, params: Params) -> tuple[Params, Params]:

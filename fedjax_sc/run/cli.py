@@ -172,25 +172,15 @@ def _from_config(path: str, args: dict, given: set[str]) -> dict:
 
 
 def _train(args: dict) -> None:
-    """One run, or with --seeds / --grid a population of runs under --out."""
-    from fedjax_sc.run import members
-    from fedjax_sc.run.train import TrainConfig, train, train_population
+    """One run, or with --seeds / --grid a population of runs under --out
+    (:func:`fedjax_sc.run.api.train`, which ``fsc.train`` is too)."""
+    from fedjax_sc.run import api, members
     seeds, specs, mesh = args.pop("seeds"), args.pop("grid"), args.pop("mesh")
-    config = TrainConfig(**args)
-    if seeds is None and not specs:
-        if mesh:
-            train(config, mesh=mesh)
-        else:
-            train(config)
-        return
-    if seeds is not None and config.seed != _d("seed"):
+    if seeds is not None and args.get("seed", _d("seed")) != _d("seed"):
         raise ValueError("--seed and --seeds: give one of them")
-    grid = members.parse_grid(specs)
-    configs = members.expand(config, None if seeds is None else members.parse_seeds(seeds),
-                             grid)
-    Path(config.out).mkdir(parents=True, exist_ok=True)
-    train_population(configs, index=Path(config.out) / "population.json", grid=list(grid),
-                     mesh=mesh)
+    settings = {k: v for k, v in args.items() if k not in ("algorithm", "out")}
+    api.train(args["algorithm"], out=args["out"], mesh=mesh, grid=specs,
+              seeds=None if seeds is None else members.parse_seeds(seeds), **settings)
 
 
 def _reproduce(args: dict) -> None:

@@ -28,6 +28,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from fedjax_sc.algorithms.context import is_spec, load
 from fedjax_sc.core import participation, personalize
 from fedjax_sc.data import flwr_partition, partition, scenes
 from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu, read_iyy
@@ -110,6 +111,7 @@ class TrainConfig:
       dp_noise: DP-SGD noise multiplier z (noise std z * C on the summed clipped gradient).
       dp_delta: the delta at which the report states each client's epsilon.
       prox_mu: FedProx's mu (fedprox, fedprox_kc; FedProx's value for Sent140: 0.01).
+      dyn_alpha: FedDyn's alpha (feddyn; the middle of its authors' grid: 0.01).
       mmd_weight: FedMMD's lambda (the two-stream code's MNIST value: 0.1).
       mmd_kernel: FedMMD's kernel, ``multi`` (19 summed Gaussian kernels, Yao et al.'s code)
         or ``median`` (one Gaussian, median-heuristic width).
@@ -230,6 +232,7 @@ class TrainConfig:
     dp_noise: float = 0.0
     dp_delta: float = 1e-5
     prox_mu: float = registry.default("prox_mu")
+    dyn_alpha: float = registry.default("dyn_alpha")
     mmd_weight: float = registry.default("mmd_weight")
     mmd_kernel: str = registry.default("mmd_kernel")
     fusion: str = registry.default("fusion")
@@ -294,9 +297,11 @@ class TrainConfig:
         """
         if self.scene not in SCENES:
             raise ValueError(f"unknown scene {self.scene!r}; choose from {SCENES}")
-        if self.algorithm not in ALGORITHMS:
+        if not registry.known(self.algorithm):
             raise ValueError(f"unknown algorithm {self.algorithm!r}; choose from "
-                             f"{tuple(ALGORITHMS)}")
+                             f"{tuple(ALGORITHMS)} or give path/to/file.py:FUNCTION")
+        if is_spec(self.algorithm):
+            load(self.algorithm)  # a missing file or function, before any data is read
         if self.embeddings not in EMBEDDINGS and not Path(self.embeddings).is_file():
             raise ValueError(f"--embeddings {self.embeddings!r}: neither one of {EMBEDDINGS} "
                              f"nor an existing word-vector file")

@@ -31,7 +31,7 @@ from fedjax_sc.run.config import TrainConfig
 
 TRACED = {"lr": "learning_rate", "momentum": "momentum", "lambda_kt": "lambda_kt",
           "lambda_div": "lambda_div", "upload_noise": "upload_noise", "dp_noise": "dp_noise",
-          "prox_mu": "prox_mu", "mmd_weight": "mmd_weight",
+          "prox_mu": "prox_mu", "dyn_alpha": "dyn_alpha", "mmd_weight": "mmd_weight",
           "server_lr": "server_lr", "server_momentum": "server_momentum"}
 """Config field -> keyword of :func:`fedjax_sc.run.registry.build_algorithm`: the settings a
 population may vary as traced values (one program for every value)."""

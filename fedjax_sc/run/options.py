@@ -18,6 +18,15 @@ def default(field: str):
     return TrainConfig.__dataclass_fields__[field].default
 
 
+def _algorithm(value: str) -> str:
+    """``--algorithm``: a built-in name or a user's ``FILE.py:FUNCTION``."""
+    from fedjax_sc.run.registry import ALGORITHMS, known
+    if not known(value):
+        raise argparse.ArgumentTypeError(f"unknown algorithm {value!r}; choose from "
+                                         f"{', '.join(ALGORITHMS)} or give FILE.py:FUNCTION")
+    return value
+
+
 def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     """The options of one run; ``grid``: those shared by every run of a reproduction."""
     from fedjax_sc.algorithms.losses import HSIC_NORMALIZATIONS
@@ -29,14 +38,18 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     t.add_argument("--data-dir", help="corpus directory (fdu: the FDU-MTL folder; iyy: the "
                    "Tang et al. 2015 .ss files)")
     if not grid:
-        t.add_argument("--algorithm", choices=ALGORITHMS, default=default("algorithm"),
+        t.add_argument("--algorithm", type=_algorithm, default=default("algorithm"),
+                       metavar="{" + ",".join(ALGORITHMS) + "} or FILE.py:FUNCTION",
                        help="fedavg; fedper / lg_fedavg (private classifier / private "
                        "embedding and BiGRU); pfl_da (private model + gate); kteps (Li et al. "
                        "2021); kteps_star (KTEPS + PCA-compressed, noised upload; Alg. 1); "
                        "arch_a/b/c (Table 8 ablation: private classifier / BiGRU+MLP / "
                        "model); baselines: fedprox, fedmmd, fedfusion, fedavg_kc / "
                        "fedprox_kc (FedKC plug-in), indiv (no communication), fs (pooled "
-                       "data), asp (centralised adversarial multi-task)")
+                       "data), asp (centralised adversarial multi-task), feddyn (Acar et "
+                       "al. 2021); or your own: path/to/file.py:FUNCTION or "
+                       "package.module:FUNCTION returning a fedjax_sc.Algorithm "
+                       "(docs/own-algorithm.md)")
     t.add_argument("--rounds", type=int, help="federated rounds (paper: 50 fdu, 20 iyy)")
     t.add_argument("--local-epochs", type=int, default=default("local_epochs"))
     t.add_argument("--batch-size", type=int, help="local batch size (paper: 8 fdu, 64 iyy)")
@@ -78,6 +91,8 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     b = t.add_argument_group("baselines (Sec. 5.4; defaults where the papers give none)")
     b.add_argument("--prox-mu", type=float, default=default("prox_mu"), help="FedProx mu (fedprox, "
                    "fedprox_kc)")
+    b.add_argument("--dyn-alpha", type=float, default=default("dyn_alpha"),
+                   help="FedDyn alpha (feddyn)")
     b.add_argument("--mmd-weight", type=float, default=default("mmd_weight"), help="FedMMD lambda")
     b.add_argument("--mmd-kernel", choices=("multi", "median"), default=default("mmd_kernel"),
                    help="FedMMD kernel: the sum of 19 Gaussian kernels of Yao et al.'s code, or "

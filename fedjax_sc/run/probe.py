@@ -111,7 +111,7 @@ def probe(out: str | Path, client: str, word: str = "man",
         f"(|V^k| = {int(real.sum())}), word {word!r}, sigma {sigma}")
     train_parts = rnd.build_round_parts(setup.algorithm, batch_size=c.batch_size,
                                         local_epochs=c.local_epochs)
-    shared, _, _ = jax.jit(train_parts.local_training)(state, client_states, data,
+    shared, *_ = jax.jit(train_parts.local_training)(state, client_states, data,
                                                        setup.train_key)
     client_table = np.asarray(rnd.get_leaf(shared, TABLE_PATH)[k_idx])
     words = lambda rows: [scene.vocab.words[int(ids[r])] for r in rows]

@@ -17,6 +17,8 @@ fedfusion      FusionClassifier (local + frozen global features, "multi");     Y
                private word embedding (Li et al.'s run)
 fedavg_kc      TextClassifier; FedAvg + FedKC consistency on K-Means centroids  Wang 2022
 fedprox_kc     TextClassifier; FedProx + FedKC                                  Wang 2022
+feddyn         TextClassifier; FedAvg + dynamic regulariser (client and server   Acar 2021
+               state, :mod:`fedjax_sc.algorithms.feddyn`)
 indiv          TextClassifier, every leaf private (no communication)           Sec. 5.4
 fs             TextClassifier on the pooled data (centralised)                 Fig. 2(A)
 asp            ASPClassifier, centralised multi-task, adversarial              Liu 2017
@@ -34,15 +36,16 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from fedjax_sc.algorithms import compression, fedkc, fedmmd, fedopt, fedprox
+from fedjax_sc.algorithms import compression, feddyn, fedkc, fedmmd, fedopt, fedprox
 from fedjax_sc.algorithms.asp import asp
-from fedjax_sc.algorithms.base import Algorithm
+from fedjax_sc.algorithms.base import Algorithm, chain
+from fedjax_sc.algorithms.context import BuildContext, is_spec, load
 from fedjax_sc.algorithms.dp_sgd import dp_sgd
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.fedfusion import fedfusion
 from fedjax_sc.algorithms.fedper import fedper
 from fedjax_sc.algorithms.fs import fs
-from fedjax_sc.algorithms.hparams import is_traced
+from fedjax_sc.algorithms.hparams import is_traced, is_zero
 from fedjax_sc.algorithms.indiv import indiv
 from fedjax_sc.algorithms.kteps import kteps
 from fedjax_sc.algorithms.kteps_star import default_band, private_upload
@@ -57,7 +60,7 @@ from fedjax_sc.models.text_classifier import TextClassifier
 
 SINGLE_BRANCH = {"fedavg": fedavg, "fedper": fedper, "lg_fedavg": lg_fedavg, "indiv": indiv,
                  "fs": fs}
-PLUG_INS = ("fedprox", "fedmmd", "fedavg_kc", "fedprox_kc")
+PLUG_INS = ("fedprox", "fedmmd", "fedavg_kc", "fedprox_kc", "feddyn")
 """FedAvg with plug-in loss terms (built in :func:`build_algorithm`)."""
 OWN_MODEL = ("fedfusion", "asp")
 TWO_BRANCH = {  # name: (private_from, projection, gated)
@@ -87,6 +90,7 @@ OPTIONS: dict[str, tuple[Callable, str]] = {
     "hsic_normalization": (kteps, "hsic_normalization"),
     "pca_center": (compression.pca_compress, "center"),
     "prox_mu": (fedprox.proximal, "mu"),
+    "dyn_alpha": (feddyn.dynamic_regularizer, "alpha"),
     "mmd_weight": (fedmmd.mmd_penalty, "weight"),
     "mmd_kernel": (fedmmd.mmd_penalty, "kernel"),
     "fusion": (FusionClassifier, "fusion"),
@@ -112,6 +116,7 @@ READ_BY: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("lambda_kt", "lambda_div", "temperature", "bandwidth",
                      "hsic_normalization"), KTEPS_LOSS),
     "prox_mu": ("fedprox", "fedprox_kc"),
+    "dyn_alpha": ("feddyn",),
     **dict.fromkeys(("mmd_weight", "mmd_kernel"), ("fedmmd",)),
     **dict.fromkeys(("fusion", "fusion_init", "fusion_private_embedding",
                      "fusion_gamma_momentum"), ("fedfusion",)),
@@ -127,8 +132,15 @@ algorithm reads by this table, so a builder that reads another fails loudly."""
 
 def reads(name: str, option: str) -> bool:
     """Whether algorithm ``name`` reads ``option`` (a field of ``TrainConfig``): False only
-    for an option of :data:`READ_BY` that ``name`` is not listed under."""
+    for an option of :data:`READ_BY` that ``name`` is not listed under (a user's algorithm,
+    ``FILE.py:FUNCTION``, reads none of them)."""
     return name in READ_BY.get(option, (name,))
+
+
+def known(name: str) -> bool:
+    """Whether ``name`` is a built-in algorithm or a user's ``FILE.py:FUNCTION`` spec (whose
+    loading is checked when it is built)."""
+    return name in ALGORITHMS or is_spec(name)
 
 
 def default(option: str) -> Any:
@@ -149,14 +161,15 @@ def upload_settings(name: str, embed_dim: int, pca_band: tuple[int, int] | None,
     2021, Sec. 5.2, in the paragraph that sets the FL methods' rounds and epochs; Alg. 1
     line 14 keeps it for KTEPS, which skips only the compression lines 13 and 17), so every
     federated algorithm defaults to sigma = :data:`~fedjax_sc.algorithms.noise.PAPER_SIGMA`;
-    the algorithms of :data:`NO_UPLOAD` upload nothing and default to 0. Band: kteps_star's is
+    the algorithms of :data:`NO_UPLOAD` upload nothing and default to 0, and so does a user's
+    algorithm (``FILE.py:FUNCTION``: it uploads what it says, as in the library). Band: kteps_star's is
     the paper's band scaled to d (:func:`~fedjax_sc.algorithms.kteps_star.default_band`), the
     others' no compression.
     """
     if name == "kteps_star":
         pca_band = pca_band or default_band(embed_dim)
     if upload_noise is None:
-        upload_noise = 0.0 if name in NO_UPLOAD else PAPER_SIGMA
+        upload_noise = 0.0 if name in NO_UPLOAD or is_spec(name) else PAPER_SIGMA
     return pca_band, upload_noise if is_traced(upload_noise) else float(upload_noise)
 
 
@@ -188,6 +201,11 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise ValueError(f"unknown options {unknown}; known: {sorted(OPTIONS)}")
+    if is_spec(name):
+        return user_algorithm(name, vocab_size=vocab_size, num_classes=num_classes,
+                              embed_dim=embed_dim, num_clients=num_clients, pca_band=pca_band,
+                              upload_noise=upload_noise, dp_clip=dp_clip, dp_noise=dp_noise,
+                              server_opt=server_opt, **options)
     # only what READ_BY says the algorithm reads: reading any other option is a KeyError, so
     # the table that resume and the stores compare by cannot drift from what is built here
     o = {k: options[k] if k in options else default(k) for k in OPTIONS if reads(name, k)}
@@ -206,6 +224,10 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
         if name == "fedmmd":
             algorithm = fedmmd.mmd_penalty(algorithm, o["mmd_weight"],
                                            kernel=o["mmd_kernel"])
+        if name == "feddyn":
+            if not num_clients:
+                raise ValueError("feddyn needs num_clients (the server's mean over every client)")
+            algorithm = feddyn.dynamic_regularizer(algorithm, num_clients, o["dyn_alpha"])
         if name.endswith("_kc"):
             algorithm = fedkc.fedkc(algorithm, o["kc_clusters"], o["kc_iterations"],
                                     o["kc_weight"])
@@ -239,9 +261,47 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
         raise ValueError(f"unknown algorithm {name!r}; choose from {ALGORITHMS}")
     algorithm = algorithm._replace(upload=private_upload(pca_band, upload_noise,
                                                          o["pca_center"]))
+    return _run_wrappers(algorithm, o, dp_clip, dp_noise, server_opt)
+
+
+def _run_wrappers(algorithm: Algorithm, o: dict[str, Any], dp_clip: float | None,
+                  dp_noise: float, server_opt: str | None) -> Algorithm:
+    """DP-SGD and a FedOpt server, as the run's flags ask, around any algorithm."""
     if dp_clip is not None:
         algorithm = dp_sgd(algorithm, dp_clip, dp_noise)
     if server_opt is not None:
         algorithm = fedopt.fedopt(algorithm, server_opt, o["server_lr"], o["server_momentum"],
                                   o["server_tau"])
     return algorithm
+
+
+def user_algorithm(spec: str, *, vocab_size: int, num_classes: int, embed_dim: int,
+                   num_clients: int | None, pca_band: tuple[int, int] | None = None,
+                   upload_noise: float | None = None, dp_clip: float | None = None,
+                   dp_noise: float = 0.0, server_opt: str | None = None,
+                   **options: Any) -> Algorithm:
+    """A researcher's algorithm, ``spec`` = ``path/to/file.py:FUNCTION`` or
+    ``package.module:FUNCTION``: ``FUNCTION(BuildContext)`` (:mod:`fedjax_sc.algorithms.
+    context`) returns it; the run's upload flags (``--pca-band``, ``--upload-noise``, chained
+    after the algorithm's own upload), ``--dp-clip`` and ``--server-opt`` wrap it as they wrap
+    a built-in one. Only the options every algorithm reads apply (lr, momentum, sizes).
+
+    Raises:
+      ValueError: the function cannot be loaded, or does not return an ``Algorithm``.
+    """
+    o = {k: options[k] if k in options else default(k) for k in OPTIONS if reads(spec, k)}
+    context = BuildContext(vocab_size=vocab_size, num_classes=num_classes, embed_dim=embed_dim,
+                           hidden=o["hidden"], mlp_hidden=o["mlp_hidden"],
+                           furl_dim=o["furl_dim"], dtype=o["dtype"],
+                           num_clients=int(num_clients or 0), learning_rate=o["learning_rate"],
+                           momentum=o["momentum"],
+                           embedding_learning_rate=o["embedding_learning_rate"])
+    algorithm = load(spec)(context)
+    if not isinstance(algorithm, Algorithm):
+        raise ValueError(f"--algorithm {spec!r} returned {type(algorithm).__name__}, not a "
+                         f"fedjax_sc.Algorithm")
+    pca_band, upload_noise = upload_settings(spec, embed_dim, pca_band, upload_noise)
+    extra = private_upload(pca_band, upload_noise, o["pca_center"])
+    if pca_band is not None or not is_zero(upload_noise):
+        algorithm = algorithm._replace(upload=chain(algorithm.upload, extra))
+    return _run_wrappers(algorithm, o, dp_clip, dp_noise, server_opt)

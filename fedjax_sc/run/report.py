@@ -59,6 +59,7 @@ def format_table(report: dict[str, Any]) -> str:
     percent; "n/a" where the algorithm has no complete global model."""
     pct = lambda v: "n/a" if v is None else f"{100 * v:.1f}"
     alg, mode = report["algorithm"], report["ap_mode"]
+    alg = alg.rpartition(":")[2] if ":" in alg else alg  # a user's FILE.py:FUNCTION
     lines = [f"| client | N^k | M^k | Ag^k ({alg}) | Ap^k ({alg}, {mode}) |",
              "|---|---:|---:|---:|---:|"]
     for r in report["clients"]:

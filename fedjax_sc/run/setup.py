@@ -63,7 +63,8 @@ def algorithm_options(c: TrainConfig, scene: scenes.Scene) -> dict[str, Any]:
         bandwidth=c.bandwidth, hsic_normalization=c.hsic_normalization,
         pca_band=c.pca_band, pca_center=c.pca_center,
         upload_noise=c.upload_noise, dp_clip=c.dp_clip, dp_noise=c.dp_noise,
-        prox_mu=c.prox_mu, mmd_weight=c.mmd_weight, mmd_kernel=c.mmd_kernel,
+        prox_mu=c.prox_mu, dyn_alpha=c.dyn_alpha, mmd_weight=c.mmd_weight,
+        mmd_kernel=c.mmd_kernel,
         fusion=c.fusion, fusion_init=c.fusion_init,
         fusion_private_embedding=c.fusion_private_embedding,
         fusion_gamma_momentum=c.fusion_gamma_momentum,
@@ -168,8 +169,10 @@ def restore_checkpoint(ckpt: ocp.CheckpointManager, step: int, state: ServerStat
     # a state without leaves is not saved: keep the template's (empty) structure for it
     return (ServerState(restored["params"], restored["round"],
                         restored.get("opt_state", state.opt_state),
-                        restored.get("upload_state", state.upload_state)),
-            ClientStates(restored.get("private", client_states.private)))
+                        restored.get("upload_state", state.upload_state),
+                        restored.get("server_algorithm", state.algorithm)),
+            ClientStates(restored.get("private", client_states.private),
+                         restored.get("client_algorithm", client_states.algorithm)))
 
 
 def newest_verified(ckpt: ocp.CheckpointManager, state: ServerState,
@@ -329,10 +332,14 @@ def save_checkpoint(ckpt: ocp.CheckpointManager, r: int, state: ServerState,
 
 
 def _checkpoint_tree(state: ServerState, client_states: ClientStates) -> dict[str, Any]:
-    """What a checkpoint holds: server params, round and states, and the private leaves."""
+    """What a checkpoint holds: server params, round and states, the private leaves and the
+    algorithm's own server and client states (a part without leaves is left out, so a run of
+    a stateless algorithm saves what it always did)."""
     tree = {"params": state.params, "round": state.round}
     for name, value in (("opt_state", state.opt_state), ("upload_state", state.upload_state),
-                        ("private", client_states.private)):
+                        ("private", client_states.private),
+                        ("server_algorithm", state.algorithm),
+                        ("client_algorithm", client_states.algorithm)):
         if jax.tree.leaves(value):
             tree[name] = value
     return tree

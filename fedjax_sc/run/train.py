@@ -40,7 +40,7 @@ import orbax.checkpoint as ocp
 from fedjax_sc.core import communication, population, sharding
 from fedjax_sc.core.evaluate import make_evaluate, make_personal_evaluate
 from fedjax_sc.core.feed import PopulationFeed
-from fedjax_sc.core.round import ClientStates, build_round
+from fedjax_sc.core.round import build_round
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.run import loading, members, processes, rundir
 from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configuration)
@@ -269,7 +269,8 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
         members.write_index(index, cs, status, grid)
 
     state = sharding.put_members(state, mesh, clients=False)
-    feed = PopulationFeed(round_host, client_states.private, mesh, [m.seed for m in cs],
+    # the feed keeps every client's states (private leaves and the algorithm's own state)
+    feed = PopulationFeed(round_host, client_states, mesh, [m.seed for m in cs],
                           c.clients_per_round, c.sampling,
                           *((scene.num_clients, scene.share[0]) if scene.share else ()))
     rows = int(dict(mesh.shape)[sharding.MEMBERS])
@@ -281,13 +282,10 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
                                                 else "")
             + (f" in {jax.process_count()} processes" if processes.several() else ""))
 
-    def inputs(idxs):
-        data, private = feed.inputs(idxs)
-        return data, ClientStates(private)
-
     def accuracies(i):  # this process's clients on its default device, then gathered
         params = sharding.local(population.member(state.params, i))
-        private = None if personal_eval is None else sharding.local(feed.member_private(i))
+        private = (None if personal_eval is None
+                   else sharding.local(feed.member_private(i).private))
         return loading.accuracies(scene, global_eval, personal_eval,
                                   global_params(setups[i], params), params, private, test_data)
 
@@ -307,7 +305,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
                     jax.lax.with_sharding_constraint(
                         private, sharding.member_sharding(mesh, clients=True)), metrics)
 
-        data, private = inputs(feed.sample(start + 1))
+        data, private = feed.inputs(feed.sample(start + 1))
         # the round replaces the server and client states: XLA may reuse their buffers
         round_step = jax.jit(placed, donate_argnums=(0, 1)).lower(
             state, private, data, keys, hparams).compile()
@@ -317,7 +315,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
     for r in range(start + 1, c.rounds + 1):
         t0 = time.perf_counter()
         idxs = feed.sample(r)
-        data, private = inputs(idxs)
+        data, private = feed.inputs(idxs)
         new_state, new_client_states, ms = round_step(state, private, data, keys, hparams)
         ms = sharding.local(ms)  # the metrics of every process's clients
         for i, idx in enumerate(idxs):
@@ -333,7 +331,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
                     raise NonFiniteUpdateError(error)
                 say[i](f"{error} This member stops; the others go on.")
                 status[i] = f"diverged at round {r}"
-        feed.update(idxs, new_client_states.private, [s == "running" for s in status])
+        feed.update(idxs, new_client_states, [s == "running" for s in status])
         if "running" not in status:
             raise NonFiniteUpdateError(f"round {r}: every member of the population diverged")
         state = new_state
@@ -350,8 +348,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
             rundir.append_text(metrics_paths[i], json.dumps(row) + "\n")
             trackers[i].round(row, list(names) if not feed.partial else
                               [names[k] for k in idx])
-            save_checkpoint(ckpts[i], r, population.member(state, i),
-                            ClientStates(feed.member_private(i)))
+            save_checkpoint(ckpts[i], r, population.member(state, i), feed.member_private(i))
             # the last rounds' pace: the first includes compiling, and the load changes
             eta = (c.rounds - r) * float(np.mean(durations[-5:]))
             shown = "n/a" if ag is None else f"{row['Ag']:.4f}"
@@ -373,7 +370,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
             reports.append(None)
             continue
         reports.append(finish(m, scene, setups[i], sharding.local(population.member(state, i)),
-                              ClientStates(sharding.local(feed.member_private(i))), results[i],
+                              sharding.local(feed.member_private(i)), results[i],
                               train_data, test_data, comm, durations, say[i], trackers[i]))
         status[i] = "finished"
     for tracker, report in zip(trackers, reports):

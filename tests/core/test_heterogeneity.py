@@ -40,9 +40,9 @@ def test_the_stream_of_epochs_trains_as_the_epoch_plan(scene, model):
     data = client_data(scene.train)
     for k in range(scene.num_clients):
         args = (params, data.tokens[k], data.labels[k], data.mask[k], jax.random.key(k))
-        want, m_want = plain(*args)
+        want, m_want, _ = plain(*args)
         budget = E * math.ceil(int(scene.train.counts[k]) / B)
-        got, m_got = stream(*args, (), k, jnp.int32(budget))
+        got, m_got, _ = stream(*args, (), k, jnp.int32(budget))
         chex.assert_trees_all_close(got, want, atol=1e-6)
         assert int(m_got.steps) == int(m_want.steps) == budget
         np.testing.assert_allclose(m_got.train_loss, m_want.train_loss, rtol=1e-5)
@@ -80,7 +80,7 @@ def test_a_dropped_clients_update_has_no_effect(scene, model, seed):
         chex.assert_trees_all_equal(new.params, state.params)
         return
     parts = rnd.build_round_parts(fedavg(model, 0.1), batch_size=B, local_epochs=E, work=work)
-    shared, _, m = parts.local_training(state, clients, data, key)
+    shared, _, m, _ = parts.local_training(state, clients, data, key)
     w = np.where(dropped, 0.0, np.asarray(scene.train.counts, np.float64))
     w = w / w.sum()
     want = jax.tree.map(lambda y: jnp.tensordot(jnp.asarray(w, y.dtype), y, axes=1), shared)
@@ -165,7 +165,7 @@ def test_fednova_aggregate_is_the_normalised_update(scene, model):
     parts = rnd.build_round_parts(alg, batch_size=B, local_epochs=E, work=work)
     state, clients = _states(model, scene, alg)
     data = client_data(scene.train)
-    shared, _, m = parts.local_training(state, clients, data, jax.random.key(4))
+    shared, _, m, _ = parts.local_training(state, clients, data, jax.random.key(4))
     steps = np.asarray(m.steps)
     assert len(set(steps.tolist())) > 1, "the draw should give unequal work"
     p = np.asarray(scene.train.counts, np.float64) / scene.train.counts.sum()

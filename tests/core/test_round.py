@@ -103,8 +103,8 @@ def test_padded_client_trains_exactly_as_alone(scene, model):
                                            scene.train.mask))
     params = _state(model).params
     key = jax.random.key(5)
-    padded, pm = update(params, t, y, m, key)
-    alone, am = update(params, t[:n], y[:n], m[:n], key)
+    padded, pm, _ = update(params, t, y, m, key)
+    alone, am, _ = update(params, t[:n], y[:n], m[:n], key)
     chex.assert_trees_all_close(padded, alone, atol=1e-6)
     assert int(pm.steps) == int(am.steps) == 2 * math.ceil(n / 4)
     np.testing.assert_allclose(pm.train_loss, am.train_loss, rtol=1e-6)
@@ -118,7 +118,7 @@ def test_identical_clients_aggregate_to_their_common_update(scene, model, fedavg
     update = jax.jit(rnd.build_client_update(alg, batch_size=4, local_epochs=1))
     round_key = jax.random.fold_in(jax.random.key(3), 0)
     solo, _, _ = fedavg_step(state, rnd.ClientStates({}), one, jax.random.key(3))
-    expected, _ = update(state.params, one.tokens[0], one.labels[0], one.mask[0],
+    expected, *_ = update(state.params, one.tokens[0], one.labels[0], one.mask[0],
                          jax.random.fold_in(round_key, 0))
     chex.assert_trees_all_close(solo.params, expected, atol=1e-6)  # the round of one client
     # three copies of the client through the round: each shuffles its data with its own key,
@@ -156,7 +156,7 @@ def test_private_leaves_stay_on_clients_persist_and_differ(scene, model):
     mine = jax.tree.map(lambda x: x[k], new_clients.private)
     round_key = jax.random.fold_in(jax.random.key(4), 1)
     full = client_data(scene.train)
-    expected, _ = update(merge(new.params, mine), full.tokens[k], full.labels[k], full.mask[k],
+    expected, *_ = update(merge(new.params, mine), full.tokens[k], full.labels[k], full.mask[k],
                          jax.random.fold_in(round_key, k))
     chex.assert_trees_all_close(jax.tree.map(lambda x: x[k], again_clients.private),
                                 {"classifier": expected["classifier"]}, atol=1e-5)
@@ -271,7 +271,8 @@ def test_every_algorithm_compiles_once_and_keeps_private_leaves_per_client(scene
     from fedjax_sc.run.registry import build_algorithm
     chex.clear_trace_counter()  # the counter is per function name, shared by parameters
     alg = build_algorithm(name, vocab_size=len(scene.vocab), num_classes=2, embed_dim=4,
-                          hidden=2, mlp_hidden=3, furl_dim=2, learning_rate=0.1)
+                          hidden=2, mlp_hidden=3, furl_dim=2, learning_rate=0.1,
+                          num_clients=scene.num_clients)
     state, clients = rnd.init_states(alg, init_params(alg.model, jax.random.key(0)),
                                      scene.num_clients)
     step = jax.jit(chex.assert_max_traces(rnd.build_round(alg, batch_size=4, local_epochs=1),

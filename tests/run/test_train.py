@@ -189,3 +189,16 @@ def test_every_algorithm_option_reaches_the_builder_from_the_config():
     c = TrainConfig(scene="synthetic", algorithm="kteps").resolved()
     passed = set(algorithm_options(c, synthetic_scene(num_clients=2)))
     assert set(registry.OPTIONS) <= passed, sorted(set(registry.OPTIONS) - passed)
+
+
+def test_an_algorithms_own_state_is_checkpointed_and_resumed_exactly(tmp_path):
+    """FedDyn's client and server state through the run: 2 of 3 clients a round (the third
+    keeps its state while it sits out), cut after round 1 and resumed, ends as the
+    uninterrupted run."""
+    cfg = dict(TINY, algorithm="feddyn", synthetic_clients=3, clients_per_round=2, ap=False)
+    full = train(TrainConfig(**cfg, rounds=3, out=str(tmp_path / "full")), log=_quiet)
+    train(TrainConfig(**cfg, rounds=1, out=str(tmp_path / "cut")), log=_quiet)
+    resumed = train(TrainConfig(**cfg, rounds=3, out=str(tmp_path / "cut"), resume=True),
+                    log=_quiet)
+    chex.assert_trees_all_equal(full["params"], resumed["params"])
+    assert "dynamic" in _rows(tmp_path / "full/metrics.jsonl")[0]["aux"]

@@ -1,0 +1,89 @@
+"""``fsc.train``: the whole run (run folder, metrics, checkpoints and resume, tracking,
+populations, the report) for any algorithm from Python, what ``fedjax-sc train`` does from the
+shell.
+
+    import fedjax_sc as fsc
+    from my_study import scaffold          # scaffold(context: fsc.BuildContext) -> Algorithm
+    fsc.train(scaffold, out="runs/scaffold", scene="synthetic", seeds=[0, 1])
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fedjax_sc.algorithms import context
+
+
+def algorithm_spec(algorithm: str | Callable[..., Any]) -> str:
+    """The ``--algorithm`` value of ``algorithm``: a name or spec as it is; a function as
+    ``package.module:NAME`` when its module is importable by name, else ``path/file.py:NAME``
+    (a function of the script being run), registered so that it is not loaded twice.
+
+    Raises:
+      ValueError: a function that is not at the top level of its module (a lambda, a
+        closure: the run records where to find it, for resumes and reruns).
+    """
+    if isinstance(algorithm, str):
+        return algorithm
+    name = getattr(algorithm, "__qualname__", "")
+    if not callable(algorithm) or not name.isidentifier():
+        raise ValueError(f"train(algorithm=...): give a name, 'FILE.py:FUNCTION' or a "
+                         f"function defined at the top level of a module, got {algorithm!r}")
+    module = algorithm.__module__
+    if module == "__main__" or module.startswith("fedjax_sc_user_") or module not in sys.modules:
+        spec = f"{Path(inspect.getsourcefile(algorithm)).resolve()}:{name}"
+    else:
+        spec = f"{module}:{name}"
+    context._LOADED.setdefault(spec, algorithm)
+    return spec
+
+
+def train(algorithm: str | Callable[..., Any], *, out: str | Path,
+          seeds: Sequence[int] | None = None,
+          grid: Mapping[str, Sequence[float]] | Sequence[str] | None = None,
+          mesh: str | None = None, log: Callable[[str], None] = print,
+          **settings: Any) -> dict[str, Any] | list[dict[str, Any] | None]:
+    """Trains ``algorithm`` as ``fedjax-sc train`` does: one run in ``out``, or with
+    ``seeds`` / ``grid`` a population of runs under ``out`` (one folder per member and
+    ``population.json``).
+
+    Args:
+      algorithm: a built-in name (``"fedavg"``, ``"kteps"``...), ``"path/to/file.py:F"``,
+        or a function ``F(context: BuildContext) -> Algorithm`` (:mod:`fedjax_sc.algorithms.
+        context`) defined at the top level of a module.
+      out: the run folder (a population's root folder).
+      seeds: the members' seeds (``--seeds``).
+      grid: ``{"lr": [0.01, 0.05]}`` or ``["lr=0.01,0.05"]`` (``--grid``; the names of
+        :data:`fedjax_sc.run.members.GRID_NAMES`).
+      mesh: ``--mesh``.
+      log: where progress lines go.
+      **settings: any field of :class:`~fedjax_sc.run.config.TrainConfig` (``scene``,
+        ``rounds``, ``lr``, ``resume``, ``overwrite``...).
+
+    Returns:
+      The run's report (as :func:`fedjax_sc.run.train.train`), or the members' reports.
+
+    Raises:
+      ValueError / FileNotFoundError / FileExistsError: as ``fedjax-sc train`` (bad
+        settings, data, or an existing run folder without ``resume`` / ``overwrite``).
+    """
+    from fedjax_sc.run import members
+    from fedjax_sc.run.config import TrainConfig
+    from fedjax_sc.run.train import train as train_one
+    from fedjax_sc.run.train import train_population
+    config = TrainConfig(algorithm=algorithm_spec(algorithm), out=str(out), **settings)
+    specs = ([f"{k}={','.join(map(str, v))}" for k, v in grid.items()]
+             if isinstance(grid, Mapping) else list(grid or ()))
+    if seeds is None and not specs:
+        return (train_one(config, log=log) if mesh is None
+                else train_one(config, log=log, mesh=mesh))
+    parsed = members.parse_grid(specs)
+    configs = members.expand(config, None if seeds is None else [int(s) for s in seeds],
+                             parsed)
+    Path(config.out).mkdir(parents=True, exist_ok=True)
+    return train_population(configs, log=log, index=Path(config.out) / "population.json",
+                            grid=list(parsed), mesh=mesh)

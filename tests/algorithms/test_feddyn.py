@@ -1,0 +1,80 @@
+"""FedDyn on the algorithm hooks: its closed form on one client, the server's mean over every
+client, exact local-vocabulary training, and a client that sits a round out keeping its state."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_sc.algorithms import feddyn
+from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.core import round as rnd
+from fedjax_sc.data.client_data import client_data
+from fedjax_sc.models.text_classifier import init_params
+
+ALPHA = 0.1
+
+
+def _run(algorithm, model, data, rounds, num_clients):
+    state, clients = rnd.init_states(algorithm, init_params(model, jax.random.key(0)),
+                                     num_clients)
+    step = jax.jit(rnd.build_round(algorithm, batch_size=4, local_epochs=1))
+    for _ in range(rounds):
+        state, clients, metrics = step(state, clients, data, jax.random.key(1))
+    return state, clients, metrics
+
+
+@pytest.fixture(scope="module")
+def dyn(model, scene):
+    return feddyn.dynamic_regularizer(fedavg(model, 0.1, 0.0), scene.num_clients, ALPHA)
+
+
+def test_one_round_is_the_closed_form(dyn, model, scene):
+    """Round 1 from h = H = 0: the loss's extra term is alpha/2 ||theta - theta^0||^2 alone,
+    every client's h_k is its update, H their sum over N, the model the aggregate plus H."""
+    data = client_data(scene.train, local_vocab=False)
+    state, clients, _ = _run(dyn, model, data, 1, scene.num_clients)
+    x = init_params(model, jax.random.key(0))
+    # the same round with the term as a plain proximal loss and no hooks gives the uploads
+    from fedjax_sc.algorithms.fedprox import proximal
+    parts = rnd.build_round_parts(proximal(fedavg(model, 0.1, 0.0), ALPHA), batch_size=4,
+                                  local_epochs=1)
+    s0, c0 = rnd.init_states(fedavg(model), x, scene.num_clients)
+    shared, _, m, _ = parts.local_training(s0, c0, data, jax.random.key(1))
+    updates = jax.tree.map(lambda y, a: y - a[None], shared, x)
+    chex.assert_trees_all_close(clients.algorithm, updates, atol=1e-6)
+    mean_h = jax.tree.map(lambda u: u.sum(0) / scene.num_clients, updates)
+    chex.assert_trees_all_close(state.algorithm, mean_h, atol=1e-6)
+    weights = np.asarray(data.counts, np.float32) / np.sum(data.counts)
+    aggregate = jax.tree.map(lambda y: jnp.tensordot(weights, y, axes=1), shared)
+    chex.assert_trees_all_close(state.params, jax.tree.map(jnp.add, aggregate, mean_h),
+                                atol=1e-6)
+
+
+def test_local_vocabulary_training_is_exact(dyn, model, scene):
+    """A client's update is zero outside its words: training by rows equals the dense table."""
+    dense = _run(dyn, model, client_data(scene.train, local_vocab=False), 3, scene.num_clients)
+    rows = _run(dyn, model, client_data(scene.train, local_vocab=True), 3, scene.num_clients)
+    chex.assert_trees_all_close(rows[0].params, dense[0].params, atol=2e-5)
+    chex.assert_trees_all_close(rows[0].algorithm, dense[0].algorithm, atol=2e-5)
+    chex.assert_trees_all_close(rows[1].algorithm, dense[1].algorithm, atol=2e-5)
+
+
+def test_a_client_without_examples_keeps_its_state_and_has_no_say(dyn, model, scene):
+    data = client_data(scene.train, local_vocab=True)
+    empty = data._replace(mask=data.mask.at[1].set(False), counts=data.counts.at[1].set(0))
+    state, clients, metrics = _run(dyn, model, empty, 2, scene.num_clients)
+    assert int(metrics.steps[1]) == 0
+    for leaf in jax.tree.leaves(clients.algorithm):
+        assert not np.any(np.asarray(leaf[1]))  # still its round-0 zeros
+        assert np.any(np.asarray(leaf[0]))
+
+
+def test_checks_its_settings(model):
+    with pytest.raises(ValueError, match="alpha"):
+        feddyn.feddyn(model, 3, alpha=0.0)
+    with pytest.raises(ValueError, match="num_clients"):
+        feddyn.feddyn(model, 0)
+    with pytest.raises(ValueError, match="already owns state"):
+        feddyn.dynamic_regularizer(feddyn.feddyn(model, 3), 3)

@@ -1,0 +1,107 @@
+"""examples/own_algorithm.py: SCAFFOLD written outside the package, its defining properties on
+tiny shapes, and the whole run (CLI, population of seeds, fsc.train) for a user's algorithm."""
+
+import json
+from pathlib import Path
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+import fedjax_sc as fsc
+from fedjax_sc.algorithms import context
+from fedjax_sc.run import cli
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "own_algorithm.py"
+SCAFFOLD = f"{EXAMPLE}:scaffold"
+LR = 0.1
+
+
+@pytest.fixture(scope="module")
+def example():
+    return context.load(f"{EXAMPLE}:with_control_variates")
+
+
+def _rounds(algorithm, model, scene, rounds):
+    state, clients = fsc.init_states(algorithm, fsc.init_params(model, jax.random.key(0)),
+                                     scene.num_clients)
+    step = jax.jit(fsc.build_round(algorithm, batch_size=4, local_epochs=1))
+    data = fsc.client_data(scene.train, local_vocab=True)
+    for _ in range(rounds):
+        state, clients, _ = step(state, clients, data, jax.random.key(1))
+    return state, clients
+
+
+def test_one_client_is_fedavg(example):
+    """With one client c = c_1 after every round, so the correction c - c_1 is zero."""
+    scene = fsc.synthetic_scene(num_clients=1, train_per_client=12, test_per_client=2,
+                                max_len=6, seed=2)
+    model = fsc.TextClassifier(vocab_size=len(scene.vocab), embed_dim=6, hidden=3,
+                               mlp_hidden=4)
+    fedavg = fsc.fedavg(model, LR, 0.9)
+    scaffold, clients = _rounds(example(fedavg, LR, 0.9, 1), model, scene, 3)
+    plain, _ = _rounds(fedavg, model, scene, 3)
+    chex.assert_trees_all_close(scaffold.params, plain.params, atol=1e-5)
+    chex.assert_trees_all_close(scaffold.algorithm,
+                                jax.tree.map(lambda x: x[0], clients.algorithm), atol=1e-6)
+
+
+def test_server_control_variate_is_the_mean_of_the_clients(example, scene, model):
+    state, clients = _rounds(example(fsc.fedavg(model, LR, 0.0), LR, 0.0, scene.num_clients),
+                             model, scene, 2)
+    chex.assert_trees_all_close(state.algorithm,
+                                jax.tree.map(lambda x: x.mean(0), clients.algorithm),
+                                atol=1e-6)
+    assert any(np.any(np.asarray(x)) for x in jax.tree.leaves(state.algorithm))
+
+
+def test_momentum_steps_is_the_distance_of_a_constant_gradient(example):
+    module = context.load(f"{EXAMPLE}:momentum_steps")
+    assert float(module(np.int32(5), 0.0)) == 5.0
+    v, x = 0.0, 0.0
+    for _ in range(7):  # optax's heavy ball: v <- g + rho v, x <- x - eta v (g = eta = 1)
+        v = 1.0 + 0.9 * v
+        x += v
+    assert float(module(np.int32(7), 0.9)) == pytest.approx(x, rel=1e-5)
+
+
+TINY = ["--scene", "synthetic", "--synthetic-clients", "2", "--synthetic-train", "12",
+        "--synthetic-test", "6", "--max-len", "8", "--embed-dim", "6", "--hidden", "3",
+        "--mlp-hidden", "4", "--batch-size", "4", "--local-epochs", "1", "--ap-evals", "2",
+        "--ap-steps", "2", "--rounds", "2"]
+
+
+def test_the_cli_runs_a_users_algorithm_as_a_population_of_seeds(tmp_path):
+    assert cli.main(["train", "--algorithm", SCAFFOLD, *TINY, "--seeds", "0,1",
+                     "--out", str(tmp_path / "pop")]) in (0, None)
+    index = json.loads((tmp_path / "pop/population.json").read_text())
+    assert len(index["members"]) == 2
+    for seed in (0, 1):
+        run = tmp_path / f"pop/seed-{seed}"
+        report = json.loads((run / "report.json").read_text())
+        assert report["rounds"] == 2 and report["Ap"] is not None
+        assert json.loads((run / "config.json").read_text())["algorithm"] == SCAFFOLD
+        assert (run / "checkpoints").is_dir()
+
+
+def test_fsc_train_takes_the_function_itself_and_resumes(tmp_path):
+    scaffold = context.load(SCAFFOLD)
+    settings = dict(scene="synthetic", synthetic_clients=2, synthetic_train=12,
+                    synthetic_test=6, max_len=8, embed_dim=6, hidden=3, mlp_hidden=4,
+                    batch_size=4, local_epochs=1, ap=False, log=lambda _: None)
+    full = fsc.train(scaffold, out=tmp_path / "full", rounds=2, **settings)
+    fsc.train(scaffold, out=tmp_path / "cut", rounds=1, **settings)
+    resumed = fsc.train(scaffold, out=tmp_path / "cut", rounds=2, resume=True, **settings)
+    chex.assert_trees_all_equal(full["params"], resumed["params"])
+
+
+def test_a_broken_spec_is_one_line(tmp_path, capsys):
+    for spec, said in ((f"{tmp_path}/none.py:f", "no file"),
+                       (f"{EXAMPLE}:nothing", "has no function"),
+                       ("no_such_module:f", "importing no_such_module failed")):
+        assert cli.main(["train", "--algorithm", spec, *TINY, "--out",
+                         str(tmp_path / "x")]) == 1
+        captured = capsys.readouterr()
+        assert said in captured.err and len(captured.err.strip().splitlines()) == 1
+        assert "scene synthetic" not in captured.out  # refused before the data is read
