@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fedjax_sc.algorithms.context import is_spec, load
+from fedjax_sc.algorithms.noise import PAPER_SIGMA
 from fedjax_sc.core import participation, personalize
 from fedjax_sc.data import flwr_partition, partition, scenes
 from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu, read_iyy
@@ -37,10 +38,13 @@ from fedjax_sc.run.options import flag
 from fedjax_sc.run.registry import ALGORITHMS
 
 SCENE_DEFAULTS: dict[str, dict[str, float | int]] = {
-    # Sec. 5.1-5.2: L = 200, batch 8, LR 0.01, 2 local epochs, 50 rounds.
-    "fdu": {"rounds": 50, "batch_size": 8, "lr": 0.01, "max_len": 200},
-    # Sec. 5.1-5.2: L = 400, batch 64, LR 0.1, 20 rounds.
-    "iyy": {"rounds": 20, "batch_size": 64, "lr": 0.1, "max_len": 400},
+    # Sec. 5.1-5.2: L = 200, batch 8, LR 0.01, 2 local epochs, 50 rounds; the FL methods
+    # upload with N(0, 0.01^2) noise (Sec. 5.2; see UPLOAD_NOISE).
+    "fdu": {"rounds": 50, "batch_size": 8, "lr": 0.01, "max_len": 200,
+            "upload_noise": PAPER_SIGMA},
+    # Sec. 5.1-5.2: L = 400, batch 64, LR 0.1, 20 rounds, the same noise.
+    "iyy": {"rounds": 20, "batch_size": 64, "lr": 0.1, "max_len": 400,
+            "upload_noise": PAPER_SIGMA},
     # Built-in scene (fedjax_sc.data.scenes.synthetic_scene): small and fast. LR 0.1 because
     # its randomly initialised embeddings need larger steps than GloVe-initialised ones.
     "synthetic": {"rounds": 10, "batch_size": 8, "lr": 0.1, "max_len": 48},
@@ -105,8 +109,10 @@ class TrainConfig:
       pca_center: centre the rows before the PCA (standard PCA; the projection itself is
         Eq. 11 as printed).
       upload_noise: sigma of the Gaussian noise on every uploaded leaf (Sec. 5.2, Alg. 1
-        line 14); None = 0.01 for every federated algorithm, 0 for indiv, fs and asp
-        (:func:`fedjax_sc.run.registry.upload_settings`).
+        line 14); None = the scene's preset for an algorithm that uploads (fdu, iyy: the
+        paper's 0.01, Sec. 5.2), else the algorithm's builder's (kteps_star: 0.01, Alg. 1;
+        every other: none), so the library and the CLI train the same run; always 0 for
+        indiv, fs and asp (:func:`fedjax_sc.run.registry.upload_settings`).
       dp_clip: DP-SGD per-example clipping norm C on the shared leaves (None: no DP-SGD).
       dp_noise: DP-SGD noise multiplier z (noise std z * C on the summed clipped gradient).
       dp_delta: the delta at which the report states each client's epsilon.
@@ -354,6 +360,8 @@ class TrainConfig:
             if not 0 <= getattr(c, name) < 2**32:
                 raise ValueError(f"{flag(name)} must be in [0, 2^32 - 1], got "
                                  f"{getattr(c, name)}")
+        if self.upload_noise is None and c.algorithm in registry.NO_UPLOAD:
+            c.upload_noise = None  # nothing uploaded: the scene's noise does not apply
         c.pca_band, c.upload_noise = registry.upload_settings(c.algorithm, c.embed_dim,
                                                               c.pca_band, c.upload_noise)
         if c.pca_band is not None:

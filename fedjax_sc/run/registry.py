@@ -48,9 +48,8 @@ from fedjax_sc.algorithms.fs import fs
 from fedjax_sc.algorithms.hparams import is_traced, is_zero
 from fedjax_sc.algorithms.indiv import indiv
 from fedjax_sc.algorithms.kteps import kteps
-from fedjax_sc.algorithms.kteps_star import default_band, private_upload
+from fedjax_sc.algorithms.kteps_star import default_band, kteps_star, private_upload
 from fedjax_sc.algorithms.lg_fedavg import lg_fedavg
-from fedjax_sc.algorithms.noise import PAPER_SIGMA
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.algorithms.pfl_da import pfl_da
 from fedjax_sc.models.asp import ASPClassifier
@@ -157,19 +156,18 @@ def upload_settings(name: str, embed_dim: int, pca_band: tuple[int, int] | None,
                     upload_noise: float | None) -> tuple[tuple[int, int] | None, float]:
     """The PCA band and noise sigma an algorithm uploads with, each None replaced by its default.
 
-    Noise: the paper adds N(0, 0.01^2) to the uploaded parameters of its FL methods (Li et al.
-    2021, Sec. 5.2, in the paragraph that sets the FL methods' rounds and epochs; Alg. 1
-    line 14 keeps it for KTEPS, which skips only the compression lines 13 and 17), so every
-    federated algorithm defaults to sigma = :data:`~fedjax_sc.algorithms.noise.PAPER_SIGMA`;
-    the algorithms of :data:`NO_UPLOAD` upload nothing and default to 0, and so does a user's
-    algorithm (``FILE.py:FUNCTION``: it uploads what it says, as in the library). Band: kteps_star's is
-    the paper's band scaled to d (:func:`~fedjax_sc.algorithms.kteps_star.default_band`), the
-    others' no compression.
+    Noise: the builder's default, written once in the builder: kteps_star's ``sigma``
+    (:data:`~fedjax_sc.algorithms.noise.PAPER_SIGMA`, Alg. 1 line 14), none for every other
+    algorithm, as ``fsc.fedavg(model)`` uploads. The paper's scenes preset the paper's sigma
+    for every federated method (``TrainConfig.resolved``, Li et al. 2021, Sec. 5.2). Band:
+    kteps_star's is the paper's band scaled to d
+    (:func:`~fedjax_sc.algorithms.kteps_star.default_band`), the others' no compression.
     """
     if name == "kteps_star":
         pca_band = pca_band or default_band(embed_dim)
     if upload_noise is None:
-        upload_noise = 0.0 if name in NO_UPLOAD or is_spec(name) else PAPER_SIGMA
+        upload_noise = (inspect.signature(kteps_star).parameters["sigma"].default
+                        if name == "kteps_star" else 0.0)
     return pca_band, upload_noise if is_traced(upload_noise) else float(upload_noise)
 
 

@@ -117,7 +117,8 @@ def test_private_embedding_check_reads_the_runs_own_figures(tmp_path, monkeypatc
     """examples/private_embedding_global_check.py: its ``server`` column is the run's Ag and
     its ``own`` column the personalised accuracy the run logged (each client's own tables)."""
     out = tmp_path / "fusion"
-    train(TrainConfig(**{**TINY, "embed_dim": 4}, algorithm="fedfusion", out=str(out)),
+    train(TrainConfig(**{**TINY, "embed_dim": 4}, algorithm="fedfusion", out=str(out),
+                      upload_noise=0.01),  # the paper's sigma: gamma moves past 0.0005
           log=_quiet)
     printed = _example("private_embedding_global_check.py", out, monkeypatch=monkeypatch,
                        capsys=capsys)

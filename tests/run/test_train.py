@@ -82,14 +82,22 @@ def test_fedper_has_no_global_model_and_reports_ag_as_not_applicable(tmp_path):
     assert row["Ag"] is None and 0.0 <= row["personal"]["full"] <= 1.0
 
 
-def test_upload_noise_defaults_to_the_papers_sigma_for_federated_methods_only():
-    resolved = lambda **kw: TrainConfig(**TINY, **kw).resolved().upload_noise
-    for name in ("fedavg", "fedper", "lg_fedavg", "fedprox", "fedmmd", "fedfusion", "pfl_da",
-                 "kteps", "kteps_star", "arch_a"):
-        assert resolved(algorithm=name) == 0.01, name
-    for name in ("indiv", "fs", "asp"):
+def test_upload_noise_is_the_builders_unless_the_papers_scene_presets_its_sigma():
+    """One default: the builder's (none; kteps_star's sigma 0.01, Alg. 1), so the library and
+    the CLI train the same run; the paper's scenes preset sigma 0.01 for every method that
+    uploads (Sec. 5.2), never for indiv, fs and asp."""
+    resolved = lambda **kw: TrainConfig(**{**TINY, **kw}).resolved().upload_noise
+    for name in ("fedavg", "fedper", "kteps", "pfl_da", "fedfusion", "arch_a", "indiv", "fs"):
         assert resolved(algorithm=name) == 0.0, name
-    assert resolved(algorithm="fedavg", upload_noise=0.0) == 0.0
+    assert resolved(algorithm="kteps_star") == 0.01
+    paper = dict(scene="fdu", data_dir=".", max_len=None, batch_size=None)
+    for name in ("fedavg", "fedper", "lg_fedavg", "fedprox", "fedmmd", "fedfusion", "pfl_da",
+                 "kteps", "kteps_star", "arch_a", "feddyn"):
+        assert resolved(algorithm=name, **paper) == 0.01, name
+    for name in ("indiv", "fs", "asp"):
+        assert resolved(algorithm=name, **paper) == 0.0, name
+    assert resolved(algorithm="fedavg", upload_noise=0.0, **paper) == 0.0
+    assert resolved(algorithm="kteps", upload_noise=0.2) == 0.2
 
 
 def test_fedfusion_private_embedding_stays_on_clients_and_global_model_keeps_its_initial_one(
@@ -202,3 +210,16 @@ def test_an_algorithms_own_state_is_checkpointed_and_resumed_exactly(tmp_path):
                     log=_quiet)
     chex.assert_trees_all_equal(full["params"], resumed["params"])
     assert "dynamic" in _rows(tmp_path / "full/metrics.jsonl")[0]["aux"]
+
+
+def test_the_cli_uploads_as_the_library_builds_on_a_corpus_of_ones_own():
+    """``fsc.kteps(model)`` and ``fedjax-sc train --algorithm kteps`` (synthetic, table):
+    the same upload, the shared leaves as they are."""
+    from fedjax_sc.models.text_classifier import init_params
+    from fedjax_sc.run import registry
+    c = TrainConfig(**TINY, algorithm="kteps").resolved()
+    alg = registry.build_algorithm("kteps", vocab_size=20, num_classes=2, embed_dim=4,
+                                   hidden=2, mlp_hidden=3, upload_noise=c.upload_noise)
+    params = init_params(alg.model, jax.random.key(0))
+    sent, _ = alg.upload.encode(params, alg.upload.init(params), jax.random.key(1), None)
+    chex.assert_trees_all_equal(sent, params)
