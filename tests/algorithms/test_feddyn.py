@@ -78,3 +78,31 @@ def test_checks_its_settings(model):
         feddyn.feddyn(model, 0)
     with pytest.raises(ValueError, match="already owns state"):
         feddyn.dynamic_regularizer(feddyn.feddyn(model, 3), 3)
+
+
+def test_a_vmapped_population_keeps_each_members_state(model, scene):
+    """Two members with traced alphas under ``vmap``: each member's params and states are
+    its standalone run's."""
+    from fedjax_sc.core import population
+    build = lambda v: feddyn.dynamic_regularizer(fedavg(model, 0.1, 0.0), scene.num_clients,
+                                                 v["alpha"])
+    values = population.grid(alpha=[0.05, 0.5])
+    keys = jax.random.split(jax.random.key(7), 2)
+    params = init_params(model, jax.random.key(0))
+    states, clients = population.init_from_params(
+        build, jax.tree.map(lambda x: jnp.stack([x, x]), params), values, scene.num_clients)
+    step = jax.jit(population.build_population_round(build, batch_size=4, local_epochs=1,
+                                                     member_axis="vmap"))
+    data = client_data(scene.train, local_vocab=True)
+    for _ in range(2):
+        states, clients, _ = step(states, clients, data, keys, values)
+    for i, alpha in enumerate((0.05, 0.5)):
+        alone = feddyn.dynamic_regularizer(fedavg(model, 0.1, 0.0), scene.num_clients, alpha)
+        s, c = rnd.init_states(alone, params, scene.num_clients)
+        one = jax.jit(rnd.build_round(alone, batch_size=4, local_epochs=1))
+        for _ in range(2):
+            s, c, _ = one(s, c, data, keys[i])
+        member = lambda t: jax.tree.map(lambda x: x[i], t)
+        chex.assert_trees_all_close((member(states).params, member(states).algorithm,
+                                     member(clients).algorithm),
+                                    (s.params, s.algorithm, c.algorithm), atol=2e-5)
