@@ -36,6 +36,7 @@ from fedjax_sc.core.round import (
     ClientStates,
     ServerState,
     gather_rows,
+    gather_table_rows,
     has_leaf,
     scatter_rows,
 )
@@ -117,15 +118,16 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
                          f"{num_evals}, {steps_per_eval}, {batch_size}")
     optimizer = copies.freeze(optimizer, algorithm.local_copies)
 
-    def one_client(shared, private, ids, vmask, tokens, labels, mask, test_tokens, test_labels,
-                   test_mask, key, client, tables):
+    def one_client(shared, private, own, ids, vmask, tokens, labels, mask, test_tokens,
+                   test_labels, test_mask, key, client, server, tables):
         full = masking.merge(shared, private)
         full = copies.make_copies(full, algorithm.local_copies)
         work = gather_rows(full, ids, tables)
         # a loss with a centre (FedProx) is centred at the model before fine-tuning; no
-        # knowledge exchange in this phase
-        loss_and_grad = jax.value_and_grad(
-            bind(algorithm.client_loss, ClientStart(work, (), client)), has_aux=True)
+        # knowledge exchange in this phase; an algorithm's own states as training left them
+        start = ClientStart(work, (), client, gather_table_rows(own, ids, tables),
+                            gather_table_rows(server, ids, tables))
+        loss_and_grad = jax.value_and_grad(bind(algorithm.client_loss, start), has_aux=True)
         predict = algorithm.predict
         count = jnp.sum(mask)
         num_batches = jnp.maximum((count + batch_size - 1) // batch_size, 1)
@@ -172,9 +174,10 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
         clients = first + jnp.arange(train.num_clients, dtype=jnp.int32)
         keys = jax.vmap(lambda k: jax.random.fold_in(rng, k))(clients)
         fn = lambda *a: one_client(*a, tables)
-        return jax.vmap(fn, in_axes=(None,) + (0,) * 11)(
-            state.params, client_states.private, ids, vmask, train.tokens, train.labels,
-            train.mask, test.tokens, test.labels, test.mask, keys, clients)
+        return jax.vmap(fn, in_axes=(None,) + (0,) * 12 + (None,))(
+            state.params, client_states.private, client_states.algorithm, ids, vmask,
+            train.tokens, train.labels, train.mask, test.tokens, test.labels, test.mask, keys,
+            clients, state.algorithm)
 
     compiled = jax.jit(run)
 

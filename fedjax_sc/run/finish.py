@@ -98,7 +98,8 @@ def personalize_phase(c: TrainConfig, algorithm, state, client_states, train_dat
     share = None if scene is None else scene.share
     if share is not None:
         client_states = client_states._replace(
-            private=loading.rows(client_states.private, scene))
+            private=loading.rows(client_states.private, scene),
+            algorithm=loading.rows(client_states.algorithm, scene))
     result = run(state, client_states, train_data, test_data,
                  jax.random.fold_in(root, streams.AP), 0 if share is None else share[0])
     if share is not None:
