@@ -9,7 +9,8 @@ Model: :class:`fedjax_sc.models.asp.ASPClassifier`. The loss of domain k's batch
 shared features S and private features P_k with unit-norm rows, rows of padding left out;
 see :func:`orthogonality`). Liu et al.'s settings: lambda_adv = 0.05, gamma = 0.01.
 
-Training is centralised multi-task (``central=``:func:`fedjax_sc.core.central.multitask`),
+Training is centralised multi-task (``central=CentralTrainer("multitask")``, trained by
+:mod:`fedjax_sc.core.central`),
 each domain's data once per epoch (FS's and the FL methods' budget in examples seen). The
 default ``schedule="alternate"`` is Liu et al.'s loop: one domain's mini-batch per step, the
 domains interleaved in a random order, the step moving the shared leaves and that domain's
@@ -27,10 +28,9 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_sc.algorithms.aggregate import weighted_mean
-from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
+from fedjax_sc.algorithms.base import Algorithm, Batch, CentralTrainer, ClientStart, Params
 from fedjax_sc.algorithms.losses import masked_mean
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM, client_sgd
-from fedjax_sc.core import central
 from fedjax_sc.models.asp import ASPClassifier
 
 RULES = {"private": r"^private_", "shared": r"^(embedding|encoder|discriminator)/"}
@@ -113,5 +113,5 @@ def asp(model: ASPClassifier, learning_rate: float = LEARNING_RATE, momentum: fl
         predict=predict,
         global_predict=None,
         leaf_rules=RULES,
-        central=central.multitask(schedule),
+        central=CentralTrainer("multitask", schedule).check(),
     )

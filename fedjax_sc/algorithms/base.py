@@ -295,22 +295,41 @@ class Hooks(NamedTuple):
     server_update: Callable[[ServerInputs], tuple[Params, Any]] | None = None
 
 
+CENTRAL_TRAINERS = ("pooled", "multitask")
+"""The centralised trainers of :mod:`fedjax_sc.core.central`."""
+MULTITASK_SCHEDULES = ("alternate", "sum")
+"""How the multi-task trainer steps (:mod:`fedjax_sc.core.multitask`): one domain's batch a
+step, or every domain's batch a step with the gradients summed."""
+
+
 class CentralTrainer(NamedTuple):
-    """Centralised training in place of the federated round: how a baseline without privacy
-    (FS, ASP) is trained, provided by the algorithm itself (``Algorithm.central``).
+    """Centralised training in place of the federated round: which of the engine's trainers
+    (:mod:`fedjax_sc.core.central`) trains a baseline without privacy (FS, ASP), named by the
+    algorithm itself (``Algorithm.central``).
 
     Attributes:
-      name: a label for reports (``pooled``, ``multitask``).
-      data: ``data(train, local_vocab) -> ClientData`` (host arrays): what the trainer trains
-        on, from the scene's ``ClientArrays`` training split (FS: every client pooled into one).
-      build: ``build(algorithm, *, batch_size, local_epochs) -> round_step`` with the federated
-        round's signature and states (:func:`fedjax_sc.core.round.build_round`), so that
-        evaluation, Ap, checkpoints and reports are shared.
+      name: ``pooled`` (every client's training split pooled into one client, trained by the
+        federated round) or ``multitask`` (synchronous multi-task steps over every client);
+        also the report's label.
+      schedule: the multi-task trainer's, one of :data:`MULTITASK_SCHEDULES`.
     """
 
     name: str
-    data: Callable[[Any, bool], Any]
-    build: Callable[..., Callable]
+    schedule: str = "alternate"
+
+    def check(self) -> CentralTrainer:
+        """Returns itself.
+
+        Raises:
+          ValueError: an unknown trainer or schedule.
+        """
+        if self.name not in CENTRAL_TRAINERS:
+            raise ValueError(f"unknown central trainer {self.name!r}; choose from "
+                             f"{CENTRAL_TRAINERS}")
+        if self.schedule not in MULTITASK_SCHEDULES:
+            raise ValueError(f"unknown multi-task schedule {self.schedule!r}; choose from "
+                             f"{MULTITASK_SCHEDULES}")
+        return self
 
 
 class Algorithm(NamedTuple):

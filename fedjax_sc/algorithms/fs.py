@@ -3,7 +3,7 @@
 All clients' training sets are pooled into one training set and one model is trained on it
 centrally, then evaluated on every client's test set (Ag^k) and fine-tuned per client for Ap.
 It is FedAvg with a single client that holds all the data: its centralised trainer
-(:func:`fedjax_sc.core.central.pooled`) pools the clients' training splits and runs the same
+(``CentralTrainer("pooled")``, :mod:`fedjax_sc.core.central`) pools the clients' training splits and runs the same
 compiled round on that one client (aggregating one client is the identity). Same epoch
 budget: ``rounds x local_epochs`` epochs over the pooled data, batch B.
 """
@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import flax.linen as nn
 
-from fedjax_sc.algorithms.base import Algorithm
+from fedjax_sc.algorithms.base import Algorithm, CentralTrainer
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
-from fedjax_sc.core import central
 
 
 def fs(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
@@ -30,4 +29,4 @@ def fs(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float =
       ValueError: invalid optimizer settings.
     """
     return fedavg(model, learning_rate, momentum, embedding_learning_rate)._replace(
-        name="fs", central=central.pooled())
+        name="fs", central=CentralTrainer("pooled"))

@@ -1,5 +1,5 @@
 """Centralised multi-task training as a drop-in for the federated round (ASP, Liu et al. 2017;
-provided by ASP as :func:`fedjax_sc.core.central.multitask`).
+named by ASP as ``CentralTrainer("multitask")``, :mod:`fedjax_sc.core.central`).
 
 ``round_step(server_state, client_states, clients, rng)`` has the federated round's signature
 and states, so training, checkpoints, Ag/Ap evaluation and reports are shared: the "round" is
@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_sc.algorithms import masking
-from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart
+from fedjax_sc.algorithms.base import MULTITASK_SCHEDULES, Algorithm, Batch, ClientStart
 from fedjax_sc.core.local import epoch_schedule, local_steps
 from fedjax_sc.core.round import (
     ClientStates,
@@ -42,7 +42,7 @@ from fedjax_sc.core.round import (
 )
 from fedjax_sc.data.client_data import ClientData
 
-SCHEDULES = ("alternate", "sum")
+SCHEDULES = MULTITASK_SCHEDULES
 """The multi-task step schedules (see the module docstring)."""
 
 

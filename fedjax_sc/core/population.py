@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sc.algorithms.base import Algorithm, Params
+from fedjax_sc.core import central
 from fedjax_sc.core.round import ClientStates, ServerState, build_round, init_states
 from fedjax_sc.data.client_data import ClientData
 
@@ -148,8 +149,8 @@ def build_population_round(build: Builder, *, batch_size: int, local_epochs: int
 
     def one(state, client_states, clients, key, values):
         algorithm = build(values)
-        make = trainer or (algorithm.central.build if algorithm.central is not None
-                           else build_round)
+        make = trainer or (central.builder(algorithm.central)
+                           if algorithm.central is not None else build_round)
         return make(algorithm, batch_size=batch_size, local_epochs=local_epochs)(
             state, client_states, clients, key)
 

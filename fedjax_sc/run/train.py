@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from fedjax_sc.core import central as central_trainers
 from fedjax_sc.core import communication, population, sharding
 from fedjax_sc.core.evaluate import make_evaluate, make_personal_evaluate
 from fedjax_sc.core.feed import PopulationFeed
@@ -183,7 +184,8 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
     if central is not None:  # pools every client's data
         scene = loading.whole(c, scene, log)
     host_train = loading.train_split(scene, c.local_vocab)
-    round_host = host_train if central is None else central.data(scene.train, c.local_vocab)
+    round_host = (host_train if central is None
+                  else central_trainers.data(central, scene.train, c.local_vocab))
     if c.clients_per_round is not None and central is not None:
         raise ValueError(f"{c.algorithm} is trained centrally: --clients-per-round does not "
                          f"apply")
@@ -295,7 +297,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
         step = population.build_population_round(
             build, batch_size=c.batch_size, local_epochs=c.local_epochs,
             trainer=(functools.partial(build_round, work=setups[0].work) if central is None
-                     else central.build),
+                     else central_trainers.builder(central)),
             per_member_data=feed.partial, member_shards=rows)
 
         def placed(states, private, data, keys, values):  # outputs placed as the inputs

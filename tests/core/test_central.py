@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fedjax_sc.algorithms.asp import asp
+from fedjax_sc.algorithms.base import CentralTrainer
 from fedjax_sc.core import central
 from fedjax_sc.core import round as rnd
 from fedjax_sc.core.multitask import build_multitask_round
@@ -30,12 +31,14 @@ def _run(algorithm, params, data, rounds=1, builder=rnd.build_round):
 def test_algorithms_provide_their_trainer():
     model = ASPClassifier(vocab_size=10, num_domains=2, **DIMS)
     assert asp(model).central.name == "multitask"
-    assert asp(model).central.build.func is build_multitask_round
-    assert asp(model).central.build.keywords == {"schedule": "alternate"}
-    assert asp(model, schedule="sum").central.build.keywords == {"schedule": "sum"}
+    assert central.builder(asp(model).central).func is build_multitask_round
+    assert central.builder(asp(model).central).keywords == {"schedule": "alternate"}
+    assert central.builder(asp(model, schedule="sum").central).keywords == {"schedule": "sum"}
     with pytest.raises(ValueError, match="schedule"):
         asp(model, schedule="sequential")
-    assert central.pooled().build is rnd.build_round
+    assert central.builder(CentralTrainer("pooled")) is rnd.build_round
+    with pytest.raises(ValueError, match="central trainer"):
+        central.builder(CentralTrainer("sharded"))
 
 
 def test_fs_equals_fedavg_with_one_client_holding_all_data(tmp_path):
