@@ -215,6 +215,52 @@ def per_client_figure(table: Mapping[str, Mapping[str, float]], path: str | Path
     return _save(fig, ax, path, title)
 
 
+def grid_heatmap(ours: Mapping[str, Mapping[str, Mapping[str, float | None]]],
+                 paper: Mapping[str, Mapping[str, Mapping[str, float | None]]],
+                 path: str | Path, title: str | None = None) -> Path:
+    """A table's grid of settings as heatmaps (Tables 4, 7, 8), ours beside the paper's: one
+    row of panels per metric (Ag, Ap), ours on the left, the paper's on the right, both on the
+    metric's colour scale, each cell annotated; a cell without a figure is left blank.
+
+    Args:
+      ours, paper: ``{metric: {row label: {column label: percent or None}}}``; the rows and
+        columns are ``ours``'s, in its order.
+      path: where the PNG goes (parent directories are created).
+      title: the figure's title, if any.
+
+    Returns:
+      ``path`` as a :class:`~pathlib.Path`.
+    """
+    metrics = list(ours)
+    rows = list(next(iter(ours.values()))) if metrics else []
+    cols = list(next(iter(next(iter(ours.values())).values()))) if rows else []
+    fig, _ = _axes(figsize=(2.2 + 1.4 * 2 * max(1, len(cols)), 0.8 + 1.1 * len(metrics) *
+                            max(1, len(rows))))
+    fig.clear()
+    grid = lambda table, m: np.array(
+        [[np.nan if (v := table.get(m, {}).get(r, {}).get(c)) is None else float(v)
+          for c in cols] for r in rows], dtype=float)
+    for i, m in enumerate(metrics):
+        panels = (("ours", grid(ours, m)), ("paper", grid(paper, m)))
+        values = np.concatenate([g[np.isfinite(g)] for _, g in panels])
+        lo, hi = (values.min(), values.max()) if values.size else (0.0, 1.0)
+        for j, (who, g) in enumerate(panels):
+            ax = fig.add_subplot(len(metrics), 2, 2 * i + j + 1)
+            ax.imshow(np.ma.masked_invalid(g), cmap="viridis", vmin=lo, vmax=max(hi, lo + 1e-9),
+                      aspect="auto")
+            for (r, c), v in np.ndenumerate(g):
+                if np.isfinite(v):
+                    ax.text(c, r, f"{v:.1f}", ha="center", va="center", fontsize="small",
+                            color="white" if v < (lo + hi) / 2 else "black")
+            ax.set_xticks(range(len(cols)), cols, fontsize="small")
+            ax.set_yticks(range(len(rows)), rows, fontsize="small")
+            ax.set_title(f"{m}, {who}", fontsize="medium")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return _write(fig, path)
+
+
 def _json(text: str, where: str) -> Any:
     try:
         return json.loads(text)
@@ -253,10 +299,15 @@ def _axes(figsize: tuple[float, float]) -> tuple[Any, Any]:
 
 
 def _save(fig: Any, ax: Any, path: str | Path, title: str | None) -> Path:
-    """Writes the figure to ``path`` (process 0 of several; the others only return it)."""
-    from fedjax_sc.run.processes import primary
+    """Titles the figure and writes it to ``path`` (:func:`_write`)."""
     if title:
         ax.set_title(title)
+    return _write(fig, path)
+
+
+def _write(fig: Any, path: str | Path) -> Path:
+    """Writes the figure to ``path`` (process 0 of several; the others only return it)."""
+    from fedjax_sc.run.processes import primary
     path = Path(path)
     if primary():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -154,6 +154,8 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
         lines = [f"# {table.capitalize()} on {scene}: ours beside the paper's figures", "",
                  format_table(table, config_from_json(c), cells, reports, seeds, running), "",
                  _settings_line(c, seeds, table, scene, dest), ""]
+        if plots:
+            lines += [_heatmap(table, scene, cells, reports, seeds, dest), ""]
     lines += _by_round(order, seeds, reports, rows, c["rounds"])
     text = "\n".join(lines) + "\n"
     target = dest / scene / f"{table}.md"
@@ -172,6 +174,43 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
             text += f"\nFigure skipped: {e}\n"
     rundir.write_text(target, text)
     return text
+
+
+def grid_values(cells: dict, reports: dict, seeds: Sequence[int]
+                ) -> tuple[dict[str, dict[str, dict[str, float | None]]],
+                           dict[str, dict[str, dict[str, float | None]]]]:
+    """A grid table's cells (:func:`fedjax_sc.run.reproduce.plan`, columns named ``"<metric>
+    <setting>"``) as ``(ours, paper)``, each ``{metric: {row: {setting: percent}}}``: ours the
+    mean over ``seeds`` where every seed has a report, else None."""
+    ours: dict = {}
+    paper: dict = {}
+    for row, by_column in cells.items():
+        for column, cell in by_column.items():
+            metric, _, setting = column.partition(" ")
+            values = [cell.metric(reports[(cell.run, s)]) for s in seeds
+                      if (cell.run, s) in reports]
+            done = len(values) == len(seeds) and all(v is not None for v in values)
+            ours.setdefault(metric, {}).setdefault(row, {})[setting] = (
+                100 * float(np.mean(values)) if done else None)
+            paper.setdefault(metric, {}).setdefault(row, {})[setting] = cell.paper
+    return ours, paper
+
+
+def _heatmap(table: str, scene: str, cells: dict, reports: dict, seeds: Sequence[int],
+             dest: Path) -> str:
+    """The grid's heatmap beside the paper's (``<table>-heatmap.png``), as a Markdown line."""
+    try:
+        from fedjax_sc.run import plots as plots_lib
+    except ModuleNotFoundError as e:
+        return f"Heatmap skipped: {e}"
+    ours, paper = grid_values(cells, reports, seeds)
+    try:
+        png = plots_lib.grid_heatmap(ours, paper, dest / scene / f"{table}-heatmap.png",
+                                     title=f"{table.capitalize()} on {scene} "
+                                           f"({seeds_label(seeds)}; blank: not run yet)")
+    except ModuleNotFoundError as e:
+        return f"Heatmap skipped: {e}"
+    return f"![{table} as heatmaps, ours beside the paper's]({png.name})"
 
 
 def _figure_runs(order: Sequence[str], seeds: Sequence[int], runs: dict, reports: dict

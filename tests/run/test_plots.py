@@ -149,3 +149,18 @@ def test_convergence_figure_with_seeds(kteps_run, fedper_run, tmp_path):
     out = plots.convergence_figure({"kteps": [kteps_run, kteps_run], "fedper": [fedper_run]},
                                    tmp_path / "seeds.png")
     _assert_png(out)
+
+
+def test_grid_heatmap_reads_a_grid_tables_cells(tmp_path):
+    """Table 4's plan as heatmaps: a finished cell is ours in percent, one not run is blank
+    (None), the paper's figures sit beside."""
+    from fedjax_sc.run.reproduce import plan
+    from fedjax_sc.run.results import grid_values
+    _, cells = plan("table4", "fdu", 50)
+    reports = {("kteps", 0): {"Ag": 0.851, "Ap": 0.856}}
+    ours, paper = grid_values(cells, reports, [0])
+    assert ours["Ag"]["lambda1 = 0.01"]["lambda2 = 0.01"] == pytest.approx(85.1)
+    assert ours["Ap"]["lambda1 = 0"]["lambda2 = 0"] is None
+    assert paper["Ag"]["lambda1 = 0.01"]["lambda2 = 0.01"] == 85.7
+    png = plots.grid_heatmap(ours, paper, tmp_path / "t4.png", title="Table 4")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
