@@ -70,7 +70,8 @@ def pytest_configure(config):
 LONGEST_FIRST = ("run/test_multiprocess_cli.py", "run/test_population_run.py",
                  "core/test_round.py", "run/test_train.py", "test_readme.py",
                  "algorithms/test_baselines.py", "core/test_population.py",
-                 "run/test_reproduce.py", "run/test_compare.py", "run/test_run_lock.py",
+                 "run/test_reproduce.py", "test_own_algorithm.py", "run/test_compare.py",
+                 "run/test_run_lock.py", "algorithms/test_feddyn.py",
                  "run/test_results.py", "run/test_rundir.py", "run/test_kteps_star.py",
                  "core/test_heterogeneity.py")
 """Test files (under tests/) by their time in a cold run, longest first: pytest-xdist hands
