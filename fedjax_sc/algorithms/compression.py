@@ -26,7 +26,7 @@ Choices the paper leaves open, as implemented:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +48,15 @@ class Compressed(NamedTuple):
 
     coefficients: jax.Array
     basis: jax.Array
+
+    def wire(self, rows: int | None) -> list[tuple[int, Any]]:
+        """What crosses the network, ``[(elements, dtype)]``: ``rows x m`` coefficients (the
+        client's rows of V^k; all rows when ``rows`` is None) and the ``d x m`` basis. The
+        round's communication figures ask a message leaf for this
+        (:func:`fedjax_sc.core.communication.count`)."""
+        m = self.basis.shape[1]
+        rows = self.coefficients.shape[0] if rows is None else rows
+        return [(rows * m, self.coefficients.dtype), (self.basis.size, self.basis.dtype)]
 
 
 def principal_components(x: jax.Array, mask: jax.Array | None = None,

@@ -8,9 +8,10 @@ the algorithm's upload transform (nothing is run):
   the rows of V^k of each word-embedding table (Remark 3), otherwise the whole ``[V, d]``.
 * **upload, dense**: the client's trained shared leaves as the identity upload would send them
   (tables: ``|V^k| x d``, or ``V x d`` without local vocabularies).
-* **upload, sent**: the algorithm's message. A table compressed by
-  :func:`~fedjax_sc.algorithms.compression.pca_compress` costs ``(|V^k| + d)(d2 - d1 + 1)``
-  floats (``theta_E^k U^k`` and ``U^k``); other leaves their size.
+* **upload, sent**: the algorithm's message. A leaf that says what it sends (``wire``) costs
+  that: a table compressed by :func:`~fedjax_sc.algorithms.compression.pca_compress`,
+  ``(|V^k| + d)(d2 - d1 + 1)`` floats (``theta_E^k U^k`` and ``U^k``); other leaves their
+  size.
 
 Floats are counted by element, bytes as elements times the dtype's size (float32: 4). With local
 vocabularies the client also tells the server which rows it sends: ``|V^k|`` int32 row ids,
@@ -28,7 +29,6 @@ from flax import traverse_util
 
 from fedjax_sc.algorithms import copies
 from fedjax_sc.algorithms.base import Algorithm, UploadContext
-from fedjax_sc.algorithms.compression import Compressed
 from fedjax_sc.core.round import TABLE_PATHS, ServerState, get_leaf, row_masks
 from fedjax_sc.data.client_data import ClientData
 
@@ -66,19 +66,19 @@ def count(tree: Any, table_rows: dict[str, int]) -> tuple[int, int]:
     """``(floats, bytes)`` of a params-like tree (arrays or shape structs).
 
     A word-embedding table (its ``/``-joined path a key of ``table_rows``) counts
-    ``table_rows[path]`` rows: a ``[R, d]`` leaf ``rows x d``, a :class:`Compressed` one
-    ``rows x m + d x m``. Every other leaf counts its size.
+    ``table_rows[path]`` rows: a ``[R, d]`` leaf ``rows x d``. A message leaf that says what it
+    sends, ``leaf.wire(rows) -> [(elements, dtype)]`` (KTEPS*'s
+    :class:`~fedjax_sc.algorithms.compression.Compressed`: ``rows x m + d x m``), counts that.
+    Every other leaf counts its size.
     """
     floats = nbytes = 0
-    flat = traverse_util.flatten_dict(tree, is_leaf=lambda _, x: isinstance(x, Compressed))
+    flat = traverse_util.flatten_dict(tree, is_leaf=lambda _, x: hasattr(x, "wire"))
     for path, leaf in flat.items():
         rows = table_rows.get("/".join(path))
-        if rows is None:
-            parts = [(leaf.size, leaf.dtype)] if not isinstance(leaf, Compressed) else [
-                (x.size, x.dtype) for x in leaf]
-        elif isinstance(leaf, Compressed):
-            m = leaf.basis.shape[1]
-            parts = [(rows * m, leaf.coefficients.dtype), (leaf.basis.size, leaf.basis.dtype)]
+        if hasattr(leaf, "wire"):
+            parts = leaf.wire(rows)
+        elif rows is None:
+            parts = [(leaf.size, leaf.dtype)]
         else:
             parts = [(rows * int(np.prod(leaf.shape[1:])), leaf.dtype)]
         for n, dtype in parts:
