@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from fedjax_sc.run import gaps, rundir
-from fedjax_sc.run.reproduce import TABLE23_METHODS, client_metric
 from fedjax_sc.run.results import exported_runs
+from fedjax_sc.run.table_plan import TABLE23_METHODS, client_metric
 
 
 def _reports(results: str, scene: str) -> dict[str, list[dict]]:

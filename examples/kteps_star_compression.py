@@ -42,7 +42,8 @@ from fedjax_sc.algorithms.compression import EMBEDDING_TABLE, principal_componen
 from fedjax_sc.algorithms.kteps_star import PAPER_SIGMA, private_upload
 from fedjax_sc.core import round as rnd
 from fedjax_sc.data.client_data import client_data
-from fedjax_sc.run.config import TrainConfig, load_scene
+from fedjax_sc.run.config import TrainConfig
+from fedjax_sc.run.loading import load_scene
 from fedjax_sc.run.setup import build_setup, restore_run
 
 PATH = tuple(EMBEDDING_TABLE.split("/"))

@@ -25,7 +25,8 @@ from fedjax_sc.core import sharding
 from fedjax_sc.core.feed import ClientFeed
 from fedjax_sc.core.round import ClientStates, build_round
 from fedjax_sc.data.client_data import host_client_data
-from fedjax_sc.run.config import TrainConfig, load_scene
+from fedjax_sc.run.config import TrainConfig
+from fedjax_sc.run.loading import load_scene
 from fedjax_sc.run.setup import build_setup, restore_run
 
 

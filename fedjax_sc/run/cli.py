@@ -27,7 +27,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from fedjax_sc.run.reproduce import TABLE7_D1, TABLE7_FRACTIONS, TABLES
+    from fedjax_sc.run.table_plan import TABLE7_D1, TABLE7_FRACTIONS, TABLES
     p = argparse.ArgumentParser(prog="fedjax-sc", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     presets = "; ".join(f"{s}: {v}" for s, v in config.SCENE_DEFAULTS.items())

@@ -32,7 +32,6 @@ from fedjax_sc.algorithms.context import is_spec, load
 from fedjax_sc.algorithms.noise import PAPER_SIGMA
 from fedjax_sc.core import participation, personalize
 from fedjax_sc.data import flwr_partition, partition, scenes
-from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu, read_iyy
 from fedjax_sc.run import registry, table_scene
 from fedjax_sc.run.options import flag
 from fedjax_sc.run.registry import ALGORITHMS
@@ -392,49 +391,6 @@ class TrainConfig:
         if c.clients_per_round is not None and c.clients_per_round < 1:
             raise ValueError(f"--clients-per-round must be >= 1, got {c.clients_per_round}")
         return c
-
-
-def load_scene(c: TrainConfig) -> scenes.Scene:
-    """The scene a resolved config names: its domains' corpora, re-partitioned into
-    ``c.num_clients`` clients unless ``c.partition`` is ``natural``, then ``build_scene``
-    (the table scene: :func:`fedjax_sc.run.table_scene.load`, C from its data)."""
-    if c.scene == "table":
-        corpora, label_names = table_scene.load(c)
-        name = "table" if c.partition == "natural" else f"table-{c.partition}"
-        return scenes.build_scene(name, corpora, num_classes=len(label_names),
-                                  max_len=c.max_len, vocab_size=c.vocab_size,
-                                  allow_empty=c.allow_empty_clients, label_names=label_names)
-    if c.scene == "fdu":
-        corpora = read_fdu(c.data_dir, domains=c.domains or FDU_DOMAINS,
-                           dev_holdout=c.dev_holdout)
-    elif c.scene == "iyy":
-        corpora = read_iyy(c.data_dir, dev_holdout=c.dev_holdout)
-    else:
-        corpora = scenes.synthetic_corpora(num_clients=c.synthetic_clients,
-                                           train_per_client=c.synthetic_train,
-                                           test_per_client=c.synthetic_test,
-                                           max_len=c.max_len, seed=c.partition_seed)
-    num_classes = NUM_CLASSES[c.scene]
-    name = c.scene
-    if c.partition != "natural":
-        corpora = partition.partition_clients(
-            corpora, c.partition, c.num_clients, num_classes, alpha=c.alpha, beta=c.beta,
-            seed=c.partition_seed, min_partition_size=c.min_partition_size,
-            self_balancing=c.self_balancing)
-        name = f"{c.scene}-{c.partition}"
-    return scenes.build_scene(name, corpora, num_classes=num_classes, max_len=c.max_len,
-                              vocab_size=c.vocab_size, allow_empty=c.allow_empty_clients)
-
-
-def corpus_files(c: TrainConfig) -> list[Path]:
-    """The files a resolved config's scene reads (none for the synthetic scene)."""
-    from fedjax_sc.data.corpus import IYY_FILES
-    if c.scene == "fdu":
-        return [Path(c.data_dir) / f"{d}.task.{s}" for d in c.domains or FDU_DOMAINS
-                for s in ("train", "test")]
-    if c.scene == "iyy":
-        return [Path(c.data_dir) / name for pair in IYY_FILES.values() for name in pair]
-    return table_scene.files(c) if c.scene == "table" else []
 
 
 def config_from_json(fields: dict[str, Any]) -> TrainConfig:

@@ -28,18 +28,62 @@ import collections
 import dataclasses
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
 from fedjax_sc.core import communication, sharding
-from fedjax_sc.data import scenes
+from fedjax_sc.data import partition, scenes
 from fedjax_sc.data.client_data import ClientData, host_client_data
-from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu
+from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu, read_iyy
 from fedjax_sc.data.vocab import PAD, Vocabulary, count_tokens, merge_counts
 from fedjax_sc.run import processes, rundir, table_scene
-from fedjax_sc.run.config import TrainConfig, corpus_files, load_scene
+from fedjax_sc.run.config import NUM_CLASSES, TrainConfig
+
+
+def load_scene(c: TrainConfig) -> scenes.Scene:
+    """The scene a resolved config names: its domains' corpora, re-partitioned into
+    ``c.num_clients`` clients unless ``c.partition`` is ``natural``, then ``build_scene``
+    (the table scene: :func:`fedjax_sc.run.table_scene.load`, C from its data)."""
+    if c.scene == "table":
+        corpora, label_names = table_scene.load(c)
+        name = "table" if c.partition == "natural" else f"table-{c.partition}"
+        return scenes.build_scene(name, corpora, num_classes=len(label_names),
+                                  max_len=c.max_len, vocab_size=c.vocab_size,
+                                  allow_empty=c.allow_empty_clients, label_names=label_names)
+    if c.scene == "fdu":
+        corpora = read_fdu(c.data_dir, domains=c.domains or FDU_DOMAINS,
+                           dev_holdout=c.dev_holdout)
+    elif c.scene == "iyy":
+        corpora = read_iyy(c.data_dir, dev_holdout=c.dev_holdout)
+    else:
+        corpora = scenes.synthetic_corpora(num_clients=c.synthetic_clients,
+                                           train_per_client=c.synthetic_train,
+                                           test_per_client=c.synthetic_test,
+                                           max_len=c.max_len, seed=c.partition_seed)
+    num_classes = NUM_CLASSES[c.scene]
+    name = c.scene
+    if c.partition != "natural":
+        corpora = partition.partition_clients(
+            corpora, c.partition, c.num_clients, num_classes, alpha=c.alpha, beta=c.beta,
+            seed=c.partition_seed, min_partition_size=c.min_partition_size,
+            self_balancing=c.self_balancing)
+        name = f"{c.scene}-{c.partition}"
+    return scenes.build_scene(name, corpora, num_classes=num_classes, max_len=c.max_len,
+                              vocab_size=c.vocab_size, allow_empty=c.allow_empty_clients)
+
+
+def corpus_files(c: TrainConfig) -> list[Path]:
+    """The files a resolved config's scene reads (none for the synthetic scene)."""
+    from fedjax_sc.data.corpus import IYY_FILES
+    if c.scene == "fdu":
+        return [Path(c.data_dir) / f"{d}.task.{s}" for d in c.domains or FDU_DOMAINS
+                for s in ("train", "test")]
+    if c.scene == "iyy":
+        return [Path(c.data_dir) / name for pair in IYY_FILES.values() for name in pair]
+    return table_scene.files(c) if c.scene == "table" else []
 
 
 def load(c: TrainConfig, mesh: jax.sharding.Mesh, checked: processes.Agreement,
@@ -60,7 +104,7 @@ def load(c: TrainConfig, mesh: jax.sharding.Mesh, checked: processes.Agreement,
       SHA-256) gathered from the processes that read them, or None (compute them here).
 
     Raises:
-      FileNotFoundError, ValueError: as :func:`~fedjax_sc.run.config.load_scene`.
+      FileNotFoundError, ValueError: as :func:`load_scene`.
       RuntimeError: another process failed to load its share (names it and its error).
     """
     t0 = time.perf_counter()

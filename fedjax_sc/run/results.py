@@ -27,15 +27,8 @@ import numpy as np
 
 from fedjax_sc.run import gaps, paper, rundir
 from fedjax_sc.run.config import config_from_json
-from fedjax_sc.run.reproduce import (
-    TABLE23_METHODS,
-    TABLES,
-    client_metric,
-    format_table,
-    plan,
-    run_dir,
-    seeds_label,
-)
+from fedjax_sc.run.reproduce import format_table, run_dir, seeds_label
+from fedjax_sc.run.table_plan import TABLE23_METHODS, TABLES, client_metric, plan
 
 SMALL_FILES = ("config.json", "metrics.jsonl", "report.json", "report.md", "test_hits.json")
 """What a run keeps in the repository (no checkpoints, no vocabulary)."""
@@ -179,7 +172,7 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
 def grid_values(cells: dict, reports: dict, seeds: Sequence[int]
                 ) -> tuple[dict[str, dict[str, dict[str, float | None]]],
                            dict[str, dict[str, dict[str, float | None]]]]:
-    """A grid table's cells (:func:`fedjax_sc.run.reproduce.plan`, columns named ``"<metric>
+    """A grid table's cells (:func:`fedjax_sc.run.table_plan.plan`, columns named ``"<metric>
     <setting>"``) as ``(ours, paper)``, each ``{metric: {row: {setting: percent}}}``: ours the
     mean over ``seeds`` where every seed has a report, else None."""
     ours: dict = {}

@@ -20,8 +20,9 @@ from fedjax_sc.core.round import ClientStates, ServerState, init_states
 from fedjax_sc.core.sharding import to_host
 from fedjax_sc.data import scenes
 from fedjax_sc.models.text_classifier import init_params
-from fedjax_sc.run import processes, rundir
-from fedjax_sc.run.config import TrainConfig, config_from_json, corpus_files, load_scene
+from fedjax_sc.run import processes, registry, rundir
+from fedjax_sc.run.config import TrainConfig, config_from_json
+from fedjax_sc.run.loading import corpus_files, load_scene
 from fedjax_sc.run.registry import build_algorithm
 
 
@@ -52,27 +53,20 @@ def global_params(setup: Setup, shared: Any) -> Any:
     return masking.merge(shared, setup.global_private)
 
 
+CONFIG_FIELD = {"learning_rate": "lr", "embedding_learning_rate": "embedding_lr"}
+"""The ``TrainConfig`` field of a registry option whose name differs (the CLI's short one)."""
+
+
 def algorithm_options(c: TrainConfig, scene: scenes.Scene) -> dict[str, Any]:
-    """The keywords of :func:`~fedjax_sc.run.registry.build_algorithm` that ``c`` sets."""
+    """The keywords of :func:`~fedjax_sc.run.registry.build_algorithm` that ``c`` sets: the
+    scene's sizes, the upload and server settings, and every option of
+    :data:`~fedjax_sc.run.registry.OPTIONS`, read from its ``TrainConfig`` field."""
     return dict(
         name=c.algorithm, vocab_size=len(scene.vocab), num_classes=scene.num_classes,
-        embed_dim=c.embed_dim, hidden=c.hidden, mlp_hidden=c.mlp_hidden, furl_dim=c.furl_dim,
-        dtype=c.dtype,
-        learning_rate=c.lr, momentum=c.momentum, embedding_learning_rate=c.embedding_lr,
-        lambda_kt=c.lambda_kt, lambda_div=c.lambda_div, temperature=c.temperature,
-        bandwidth=c.bandwidth, hsic_normalization=c.hsic_normalization,
-        pca_band=c.pca_band, pca_center=c.pca_center,
+        embed_dim=c.embed_dim, num_clients=scene.num_clients, pca_band=c.pca_band,
         upload_noise=c.upload_noise, dp_clip=c.dp_clip, dp_noise=c.dp_noise,
-        prox_mu=c.prox_mu, dyn_alpha=c.dyn_alpha, mmd_weight=c.mmd_weight,
-        mmd_kernel=c.mmd_kernel,
-        fusion=c.fusion, fusion_init=c.fusion_init,
-        fusion_private_embedding=c.fusion_private_embedding,
-        fusion_gamma_momentum=c.fusion_gamma_momentum,
-        kc_clusters=c.kc_clusters, kc_iterations=c.kc_iterations, kc_weight=c.kc_weight,
-        asp_adversarial=c.asp_adversarial, asp_orthogonal=c.asp_orthogonal,
-        asp_schedule=c.asp_schedule,
-        num_clients=scene.num_clients, server_opt=c.server_opt, server_lr=c.server_lr,
-        server_momentum=c.server_momentum, server_tau=c.server_tau)
+        server_opt=c.server_opt,
+        **{o: getattr(c, CONFIG_FIELD.get(o, o)) for o in registry.OPTIONS})
 
 
 def population_builder(c: TrainConfig, scene: scenes.Scene,

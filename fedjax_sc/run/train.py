@@ -51,10 +51,9 @@ from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configu
     TrainConfig,
     config_diff,
     config_from_json,
-    corpus_files,
-    load_scene,
 )
 from fedjax_sc.run.finish import finish
+from fedjax_sc.run.loading import corpus_files, load_scene  # noqa: F401 (re-exported)
 from fedjax_sc.run.registry import ALGORITHMS, build_algorithm  # noqa: F401
 from fedjax_sc.run.report import round_row
 from fedjax_sc.run.setup import (  # noqa: F401 (re-exported: a run's states)

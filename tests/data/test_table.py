@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from fedjax_sc.data import flwr_partition, partition, table
 from fedjax_sc.data.scenes import build_scene
-from fedjax_sc.run.config import TrainConfig, corpus_files
+from fedjax_sc.run.config import TrainConfig
+from fedjax_sc.run.loading import corpus_files
 
 WORDS = {"pos": "good great fine", "neg": "bad awful dull", "mixed": "okay so so"}
 
@@ -355,7 +356,7 @@ def test_hold_out_size_is_ceil(tmp_path):
 
 
 def test_flwr_partitions_on_other_scenes():
-    from fedjax_sc.run.config import load_scene
+    from fedjax_sc.run.loading import load_scene
     small = dict(scene="synthetic", synthetic_clients=2, synthetic_train=12, synthetic_test=6,
                  max_len=8)
     for kw in (dict(partition="iid", num_clients=3),

@@ -6,7 +6,8 @@ import pytest
 
 from fedjax_sc.run import paper
 from fedjax_sc.run.cli import main
-from fedjax_sc.run.reproduce import TABLE23_METHODS, TABLES, format_table, plan, run_dir
+from fedjax_sc.run.reproduce import format_table, run_dir
+from fedjax_sc.run.table_plan import TABLE23_METHODS, TABLES, plan
 from fedjax_sc.run.train import TrainConfig
 
 
