@@ -12,7 +12,8 @@ mkdir -p carry
 rm -rf carry/fdu-mtl && cp -r "$FDU" carry/fdu-mtl
 "$PY" - <<'PY'
 from fedjax_sc.data.embeddings import glove_6b_50d, write_word_vectors
-from fedjax_sc.run.config import TrainConfig, load_scene
+from fedjax_sc.run.config import TrainConfig
+from fedjax_sc.run.loading import load_scene
 scene = load_scene(TrainConfig(scene="fdu", data_dir="carry/fdu-mtl").resolved())
 n = write_word_vectors("carry/fdu-glove50.txt", scene.vocab, glove_6b_50d(scene.vocab))
 print(f"carry/fdu-glove50.txt: {n} words")

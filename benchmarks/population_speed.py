@@ -64,6 +64,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--local-epochs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds (after a warm-up)")
+    ap.add_argument("--axes", nargs="+", default=["vmap", "map"], choices=("vmap", "map"),
+                    help="how the population's program batches its members (vmap first: the "
+                    "memory column reads it)")
     a = ap.parse_args()
     print(f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}), jax "
           f"{jax.__version__}")
@@ -82,11 +85,13 @@ def main() -> None:
           "vmap / in turn | map / in turn | compile s (vmap / map / one) | memory per member, "
           "MB (vmap) |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    alone = None  # one member's standalone round: the same shapes for every P, compiled once
+    compile_one = 0.0
     for p in a.sizes:
         hparams = {"lr": np.linspace(*a.lrs, p).astype(np.float32)}
         keys = jax.random.split(jax.random.key(0), p)
         speed, compile_s = {}, {}
-        for axis in ("vmap", "map"):
+        for axis in a.axes:
             states, clients = pop.init_population(build, init, hparams, keys, a.clients)
             step = jax.jit(pop.build_population_round(build, batch_size=a.batch_size,
                                                       local_epochs=a.local_epochs,
@@ -109,12 +114,14 @@ def main() -> None:
         # the same members, one standalone program each call (compiled once: same shapes)
         singles = [init_states(build({"lr": float(lr)}), init(k), a.clients)
                    for lr, k in zip(hparams["lr"], keys)]
-        alone = jax.jit(lambda s, c, d, k, lr: build_round(
-            build({"lr": lr}), batch_size=a.batch_size, local_epochs=a.local_epochs)(s, c, d, k))
-        t0 = time.perf_counter()
-        lr0 = np.float32(hparams["lr"][0])
-        alone = alone.lower(*singles[0], data, keys[0], lr0).compile()
-        compile_one = time.perf_counter() - t0
+        if alone is None:
+            alone = jax.jit(lambda s, c, d, k, lr: build_round(
+                build({"lr": lr}), batch_size=a.batch_size, local_epochs=a.local_epochs)(
+                    s, c, d, k))
+            t0 = time.perf_counter()
+            lr0 = np.float32(hparams["lr"][0])
+            alone = alone.lower(*singles[0], data, keys[0], lr0).compile()
+            compile_one = time.perf_counter() - t0
         for i, (s, c) in enumerate(singles):  # warm-up, as the population's
             singles[i] = alone(s, c, data, keys[i], hparams["lr"][i])[:2]
         jax.block_until_ready(singles)
@@ -124,11 +131,14 @@ def main() -> None:
                 singles[i] = alone(s, c, data, keys[i], hparams["lr"][i])[:2]
         jax.block_until_ready(singles)
         in_turn = p * a.rounds / (time.perf_counter() - t0)
-        print(f"| {p} | {speed['vmap']:.3f} | {speed['map']:.3f} | {in_turn:.3f} | "
-              f"{speed['vmap'] / in_turn:.2f}x | {speed['map'] / in_turn:.2f}x | "
-              f"{compile_s['vmap']:.1f} / {compile_s['map']:.1f} / {compile_one:.1f} | "
-              f"{per_member / 2**20:.0f}" + ("" if peak is not None else " (states only)")
-              + " |", flush=True)
+        rate = lambda axis: f"{speed[axis]:.3f}" if axis in speed else "-"
+        ratio = lambda axis: f"{speed[axis] / in_turn:.2f}x" if axis in speed else "-"
+        comp = lambda axis: f"{compile_s[axis]:.1f}" if axis in compile_s else "-"
+        memory = "-" if "vmap" not in speed else f"{per_member / 2**20:.0f}" + (
+            "" if peak is not None else " (states only)")
+        print(f"| {p} | {rate('vmap')} | {rate('map')} | {in_turn:.3f} | {ratio('vmap')} | "
+              f"{ratio('map')} | {comp('vmap')} / {comp('map')} / {compile_one:.1f} | {memory} |",
+              flush=True)
 
 
 if __name__ == "__main__":

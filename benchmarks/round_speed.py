@@ -125,7 +125,8 @@ def time_client_loop(args, name: str, data) -> float:
     over the clients on the host, then the weighted mean (fedjax's ``for_each_client``)."""
     algorithm = build_algorithm(name, vocab_size=args.vocab, num_classes=2,
                                 embed_dim=args.embed_dim, hidden=args.hidden,
-                                mlp_hidden=args.mlp_hidden, dtype=args.dtype)
+                                mlp_hidden=args.mlp_hidden, dtype=args.dtype,
+                                num_clients=data.num_clients)
     params = init_params(algorithm.model, jax.random.key(0))
     update = jax.jit(build_client_update(algorithm, batch_size=args.batch,
                                          local_epochs=args.local_epochs))
@@ -157,7 +158,8 @@ def time_round(args, name: str, data) -> float:
     client-steps/s."""
     algorithm = build_algorithm(name, vocab_size=args.vocab, num_classes=2,
                                 embed_dim=args.embed_dim, hidden=args.hidden,
-                                mlp_hidden=args.mlp_hidden, dtype=args.dtype)
+                                mlp_hidden=args.mlp_hidden, dtype=args.dtype,
+                                num_clients=data.num_clients)
     state, clients = init_states(algorithm, init_params(algorithm.model, jax.random.key(0)),
                                  data.num_clients)
     fn = jax.jit(build_round(algorithm, batch_size=args.batch,
