@@ -33,7 +33,7 @@ from fedjax_sc.algorithms.noise import PAPER_SIGMA
 from fedjax_sc.core import participation, personalize
 from fedjax_sc.data import flwr_partition, partition, scenes
 from fedjax_sc.run import registry, table_scene
-from fedjax_sc.run.options import flag
+from fedjax_sc.run.flags import flag
 from fedjax_sc.run.registry import ALGORITHMS
 
 SCENE_DEFAULTS: dict[str, dict[str, float | int]] = {

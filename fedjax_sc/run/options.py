@@ -5,22 +5,22 @@ from __future__ import annotations
 
 import argparse
 
-
-def flag(field: str) -> str:
-    """The command-line flag of a config field: ``embed_dim`` -> ``--embed-dim``."""
-    return "--" + field.replace("_", "-")
+from fedjax_sc.algorithms.losses import HSIC_NORMALIZATIONS
+from fedjax_sc.data.partition import PARTITIONS
+from fedjax_sc.models.fusion import CONV_INITS, FUSIONS
+from fedjax_sc.run.config import DTYPES, SCENES, TrainConfig
+from fedjax_sc.run.members import GRID_NAMES
+from fedjax_sc.run.registry import ALGORITHMS, known
 
 
 def default(field: str):
-    """The default of a :class:`~fedjax_sc.run.train.TrainConfig` field: every option's default
-    is written once, there (or in the builder it is taken from), never here."""
-    from fedjax_sc.run.train import TrainConfig
+    """The default of a :class:`~fedjax_sc.run.config.TrainConfig` field: every option's
+    default is written once, there (or in the builder it is taken from), never here."""
     return TrainConfig.__dataclass_fields__[field].default
 
 
 def _algorithm(value: str) -> str:
     """``--algorithm``: a built-in name or a user's ``FILE.py:FUNCTION``."""
-    from fedjax_sc.run.registry import ALGORITHMS, known
     if not known(value):
         raise argparse.ArgumentTypeError(f"unknown algorithm {value!r}; choose from "
                                          f"{', '.join(ALGORITHMS)} or give FILE.py:FUNCTION")
@@ -29,11 +29,6 @@ def _algorithm(value: str) -> str:
 
 def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     """The options of one run; ``grid``: those shared by every run of a reproduction."""
-    from fedjax_sc.algorithms.losses import HSIC_NORMALIZATIONS
-    from fedjax_sc.data.partition import PARTITIONS
-    from fedjax_sc.models.fusion import CONV_INITS, FUSIONS
-    from fedjax_sc.run.members import GRID_NAMES
-    from fedjax_sc.run.train import ALGORITHMS, DTYPES, SCENES
     t.add_argument("--scene", choices=SCENES, default=default("scene"))
     t.add_argument("--data-dir", help="corpus directory (fdu: the FDU-MTL folder; iyy: the "
                    "Tang et al. 2015 .ss files)")

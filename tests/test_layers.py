@@ -1,0 +1,105 @@
+"""The package's import graph, read from the source (every import, those inside functions
+too): no module imports itself back through others, and every arrow between the packages
+points down the layers, so that a reader can learn the house from the bottom up."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import fedjax_sc
+
+ROOT = Path(fedjax_sc.__file__).parent
+LAYERS = {"streams": 0, "models": 1, "data": 1, "algorithms": 2, "core": 3, "run": 4}
+"""A package may import its own layer's modules and those of lower layers only."""
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules that ``path`` imports (``from a import b`` counts ``a.b`` when
+    ``b`` is a module, else ``a``)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules
+                     else node.module for a in node.names]
+        else:
+            continue
+        out.update(n for n in names if n in modules)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in ROOT.rglob("*.py")}
+    modules = set(files)
+    return {m: imports(p, modules) - {m} for m, p in files.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of more than one module."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def layer(module: str) -> int | None:
+    parts = module.split(".")
+    return LAYERS.get(parts[1]) if len(parts) > 1 else None  # the top package: above all
+
+
+def test_the_graph_is_read():
+    edges = graph()
+    assert "fedjax_sc.run.options" in edges["fedjax_sc.run.cli"]
+    assert "fedjax_sc.algorithms.base" in edges["fedjax_sc.core.round"]
+
+
+def test_no_import_circle():
+    assert cycles(graph()) == []
+
+
+def test_a_planted_circle_is_found():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_every_arrow_between_packages_points_down():
+    up = [(m, d) for m, deps in graph().items() for d in deps
+          if layer(m) is not None and layer(d) is not None and layer(d) > layer(m)]
+    assert up == []
+
+
+def test_the_engine_and_the_models_know_no_run():
+    edges = graph()
+    for m, deps in edges.items():
+        if layer(m) is not None and layer(m) < LAYERS["run"]:
+            assert not [d for d in deps if d.startswith("fedjax_sc.run")], m
