@@ -34,8 +34,7 @@ step hsic-none "$R/exp-hsic-none" train $DATA --algorithm kteps --hsic-normaliza
   --seeds 0 --grid lambda_div=0.01,0.1,1.0 $SHORT --out "$R/exp-hsic-none"
 step t4-zero "$R/reproduce-table4" reproduce table4 $DATA --seeds 1 --first-seed 0 $SHORT \
   --no-plots --methods kteps_l1-0_l2-0 --out "$R/reproduce-table4"
-step hsic-biased "$R/exp-hsic-biased" train $DATA --algorithm kteps \
-  --seeds 0 --grid lambda_div=0.1,1.0 $SHORT --out "$R/exp-hsic-biased"
+# the biased estimator's lambda2 0.1 and 1.0 rows: results/ablations/fdu/hsic-first-look.jsonl
 step t7-dense-short "$R/reproduce-dense" reproduce table7 $DATA --dense-embedding --seeds 1 \
   --first-seed 0 $SHORT --no-plots --methods $ROWS --out "$R/reproduce-dense"
 step t7-rows-short "$R/reproduce-table7" reproduce table7 $DATA --seeds 1 --first-seed 0 \
