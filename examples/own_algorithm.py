@@ -54,7 +54,7 @@ def with_control_variates(algorithm, learning_rate, momentum, num_clients):
 
     zeros = lambda params: jax.tree.map(jnp.zeros_like, params)
     hooks = fsc.Hooks(client_init=zeros, server_init=zeros, client_end=client_end,
-                      server_update=server_update)
+                      server_update=server_update, server_state_sent=True)  # c goes down
     return algorithm._replace(name="scaffold", client_loss=loss, hooks=hooks)
 
 

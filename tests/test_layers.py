@@ -103,3 +103,16 @@ def test_the_engine_and_the_models_know_no_run():
     for m, deps in edges.items():
         if layer(m) is not None and layer(m) < LAYERS["run"]:
             assert not [d for d in deps if d.startswith("fedjax_sc.run")], m
+
+
+ENGINE_MAY_USE = {"fedjax_sc.algorithms", "fedjax_sc.algorithms.base",
+                  "fedjax_sc.algorithms.masking", "fedjax_sc.algorithms.aggregate"}
+"""What the engine (core/) takes from the algorithms: the interface (base), the private/shared
+masks and the weighted means; never a particular algorithm, never a model."""
+
+
+def test_the_engine_knows_no_particular_algorithm_and_no_model():
+    for m, deps in graph().items():
+        if m.startswith("fedjax_sc.core"):
+            used = {d for d in deps if d.startswith(("fedjax_sc.algorithms", "fedjax_sc.models"))}
+            assert used <= ENGINE_MAY_USE, (m, used - ENGINE_MAY_USE)

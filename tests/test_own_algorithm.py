@@ -105,3 +105,24 @@ def test_a_broken_spec_is_one_line(tmp_path, capsys):
         captured = capsys.readouterr()
         assert said in captured.err and len(captured.err.strip().splitlines()) == 1
         assert "scene synthetic" not in captured.out  # refused before the data is read
+
+
+def test_the_communication_figures_count_what_the_hooks_send(example, scene, model):
+    """SCAFFOLD sends c down with the model and the change of c_i up with the upload: twice
+    the model's floats each way (tables by each client's rows); FedDyn's update is derived
+    from the upload and its H never leaves the server: FedAvg's figures."""
+    from fedjax_sc.core.communication import account
+
+    params = fsc.init_params(model, jax.random.key(0))
+    data = fsc.client_data(scene.train, local_vocab=True)
+    fedavg = fsc.fedavg(model, LR, 0.9)
+    figures = {}
+    for name, algorithm in (("fedavg", fedavg), ("scaffold", example(fedavg, LR, 0.9, 4)),
+                            ("feddyn", fsc.feddyn(fedavg, scene.num_clients))):
+        state, clients = fsc.init_states(algorithm, params, scene.num_clients)
+        figures[name] = account(algorithm, state, data, client_states=clients)
+    plain, scaffold, feddyn = figures["fedavg"], figures["scaffold"], figures["feddyn"]
+    for field in ("download_floats", "upload_dense_floats", "upload_sent_floats"):
+        np.testing.assert_array_equal(getattr(scaffold, field), 2 * getattr(plain, field))
+        np.testing.assert_array_equal(getattr(feddyn, field), getattr(plain, field))
+    assert plain.download_floats.min() < sum(x.size for x in jax.tree.leaves(params))

@@ -293,6 +293,12 @@ class Hooks(NamedTuple):
     server_init: Callable[[Params], Any] = _no_state
     client_end: Callable[[ClientEnd], tuple[Any, Any]] | None = None
     server_update: Callable[[ServerInputs], tuple[Params, Any]] | None = None
+    server_state_sent: bool = False
+    """Whether the server's state goes down to the clients with the model (SCAFFOLD's c):
+    the communication figures count it in the download."""
+    message_sent: bool = True
+    """Whether ``client_end``'s message goes up beside the upload (SCAFFOLD's change of c_i);
+    False where the server derives it from the upload (FedDyn's update): not counted."""
 
 
 CENTRAL_TRAINERS = ("pooled", "multitask")
@@ -370,7 +376,7 @@ class Algorithm(NamedTuple):
       local_copies: ``{copy: source}`` over top-level module names: modules a client makes
         itself from the model it downloads, frozen during local training and never sent
         (FedFusion's reference extractor, Yao et al. 2019); see
-        :mod:`fedjax_sc.algorithms.copies`. Empty for every other algorithm.
+        :mod:`fedjax_sc.core.copies`. Empty for every other algorithm.
       hooks: the state the algorithm owns and its hooks (:class:`Hooks`; SCAFFOLD, FedDyn);
         ``Hooks()`` for a stateless one.
     """

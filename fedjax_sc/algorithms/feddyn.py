@@ -105,7 +105,7 @@ def dynamic_regularizer(algorithm: Algorithm, num_clients: int,
     zeros = lambda params: jax.tree.map(jnp.zeros_like, params)
     return algorithm._replace(client_loss=loss, hooks=Hooks(
         client_init=zeros, server_init=zeros, client_end=client_end,
-        server_update=server_update))
+        server_update=server_update, message_sent=False))  # the update: upload - model
 
 
 def feddyn(model: nn.Module, num_clients: int, learning_rate: float = LEARNING_RATE,

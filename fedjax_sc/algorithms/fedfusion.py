@@ -8,7 +8,7 @@ see that module for why). As in Yao et al.'s code (thu-media/FedFusion, ``model/
 reference extractor is part of the model: a client sets it to the extractor it downloaded, no
 update reaches it, and the global model after round r carries the extractor of round r - 1,
 the one its clients trained against (Yao et al. average the identical copies; here the server
-remakes them, :mod:`fedjax_sc.algorithms.copies`, so they are neither sent nor noised nor
+remakes them, :mod:`fedjax_sc.core.copies`, so they are neither sent nor noised nor
 counted in the communication). Ag and Ap evaluate that model; in the Ap phase the reference is
 the model before fine-tuning.
 

@@ -9,8 +9,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_sc.algorithms import copies
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params, bind
+from fedjax_sc.core import copies
 from fedjax_sc.core.heterogeneity import LocalWork
 from fedjax_sc.core.local import epoch_schedule, local_steps, stream_batch
 
@@ -46,7 +46,7 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
       ``[max_examples]``; ``knowledge``, ``client`` (int32 scalar), the client's algorithm
       ``state`` and the ``server``'s reach the loss in its
       :class:`~fedjax_sc.algorithms.base.ClientStart` ``start`` (with ``params``, its local
-      copies made (:mod:`fedjax_sc.algorithms.copies`), as the start params), which is
+      copies made (:mod:`fedjax_sc.core.copies`), as the start params), which is
       returned for the algorithm's ``client_end`` hook;
       the metrics fields are scalars. The loss of epoch e, batch j gets the key
       ``fold_in(fold_in(key, e), j)`` -- independent of padding too. With an active ``work``

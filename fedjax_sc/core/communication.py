@@ -12,6 +12,11 @@ the algorithm's upload transform (nothing is run):
   that: a table compressed by :func:`~fedjax_sc.algorithms.compression.pca_compress`,
   ``(|V^k| + d)(d2 - d1 + 1)`` floats (``theta_E^k U^k`` and ``U^k``); other leaves their
   size.
+* **an algorithm's own state** (:class:`~fedjax_sc.algorithms.base.Hooks`): where the hooks
+  say so, the server's state reaches every client with the model (``server_state_sent``,
+  SCAFFOLD's c: download) and a client's ``client_end`` message goes up with its upload
+  (``message_sent``, SCAFFOLD's change of c_i: upload, dense and sent); table leaves of
+  either count the client's rows, as the model's do.
 
 Floats are counted by element, bytes as elements times the dtype's size (float32: 4). With local
 vocabularies the client also tells the server which rows it sends: ``|V^k|`` int32 row ids,
@@ -27,9 +32,12 @@ import jax
 import numpy as np
 from flax import traverse_util
 
-from fedjax_sc.algorithms import copies
-from fedjax_sc.algorithms.base import Algorithm, UploadContext
-from fedjax_sc.core.round import TABLE_PATHS, ServerState, get_leaf, row_masks
+from fedjax_sc.algorithms import masking
+from fedjax_sc.algorithms.base import Algorithm, ClientEnd, ClientStart, UploadContext
+from fedjax_sc.core import copies
+from fedjax_sc.core.leaves import gather_table_rows, table_of
+from fedjax_sc.core.leaves import table_paths as held_tables
+from fedjax_sc.core.round import ClientStates, ServerState, get_leaf, row_masks
 from fedjax_sc.data.client_data import ClientData
 
 
@@ -65,16 +73,18 @@ class Communication(NamedTuple):
 def count(tree: Any, table_rows: dict[str, int]) -> tuple[int, int]:
     """``(floats, bytes)`` of a params-like tree (arrays or shape structs).
 
-    A word-embedding table (its ``/``-joined path a key of ``table_rows``) counts
-    ``table_rows[path]`` rows: a ``[R, d]`` leaf ``rows x d``. A message leaf that says what it
+    A word-embedding table (a leaf whose path ends with a ``/``-split key of ``table_rows``,
+    also inside an algorithm's state or message) counts ``table_rows[path]`` rows: a ``[R, d]`` leaf ``rows x d``. A message leaf that says what it
     sends, ``leaf.wire(rows) -> [(elements, dtype)]`` (KTEPS*'s
     :class:`~fedjax_sc.algorithms.compression.Compressed`: ``rows x m + d x m``), counts that.
     Every other leaf counts its size.
     """
     floats = nbytes = 0
-    flat = traverse_util.flatten_dict(tree, is_leaf=lambda _, x: hasattr(x, "wire"))
-    for path, leaf in flat.items():
-        rows = table_rows.get("/".join(path))
+    tables = [tuple(t.split("/")) for t in table_rows]
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "wire"))
+    for path, leaf in flat:
+        table = table_of(path, tables)
+        rows = None if table is None else table_rows["/".join(table)]
         if hasattr(leaf, "wire"):
             parts = leaf.wire(rows)
         elif rows is None:
@@ -88,14 +98,19 @@ def count(tree: Any, table_rows: dict[str, int]) -> tuple[int, int]:
 
 
 def account(algorithm: Algorithm, state: ServerState, clients: ClientData,
-            table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS) -> Communication:
+            table_paths: tuple[tuple[str, ...], ...] | None = None,
+            client_states: ClientStates | None = None) -> Communication:
     """Per-client communication of one round of ``algorithm`` on ``clients`` (train split).
 
     Args:
       algorithm: the algorithm (its upload transform decides the message).
       state: the server state (its shared params' shapes).
       clients: the clients' training data; ``vocab_ids`` set means local vocabularies.
-      table_paths: word-embedding table paths.
+      table_paths: word-embedding table paths (default: every path of
+        :func:`fedjax_sc.core.leaves.is_table`).
+      client_states: the clients' states, stacked (their private leaves and own state give
+        the shapes a ``client_end`` hook sees; None: no private leaves, the state of
+        ``hooks.client_init``).
 
     Returns:
       The :class:`Communication` figures.
@@ -103,7 +118,7 @@ def account(algorithm: Algorithm, state: ServerState, clients: ClientData,
     # local copies (FedFusion's reference extractor) are made on the client: never sent
     params = copies.without_copies(state.params, algorithm.local_copies)
     flat = traverse_util.flatten_dict(params)
-    tables = ["/".join(p) for p in table_paths if p in flat]
+    tables = ["/".join(p) for p in held_tables(params, among=table_paths)]
     masks = row_masks(clients)
     if masks is None:
         rows_per_client = [{t: int(get_leaf(params, tuple(t.split("/"))).shape[0])
@@ -122,15 +137,46 @@ def account(algorithm: Algorithm, state: ServerState, clients: ClientData,
     message, _ = jax.eval_shape(
         lambda p, c: algorithm.upload.encode(p, state.upload_state, jax.random.key(0), c),
         struct, context)
+    server, end = hooks_traffic(algorithm, state, params, tables,
+                                None if masks is None else masks.shape[1], client_states)
     figures = {k: [] for k in Communication._fields}
     for rows in rows_per_client:
-        for name, tree in (("download", struct), ("upload_dense", struct),
-                           ("upload_sent", message)):
+        for name, tree in (("download", (struct, server)), ("upload_dense", (struct, end)),
+                           ("upload_sent", (message, end))):
             n, b = count(tree, rows)
             figures[f"{name}_floats"].append(n)
             figures[f"{name}_bytes"].append(b)
         figures["row_id_bytes"].append(0 if masks is None else 4 * sum(rows.values()))
     return Communication(**{k: np.asarray(v, np.int64) for k, v in figures.items()})
+
+
+def hooks_traffic(algorithm: Algorithm, state: ServerState, shared: Any, tables: list[str],
+                  width: int | None, client_states: ClientStates | None) -> tuple[Any, Any]:
+    """Shapes of the server's algorithm state as a client downloads it and of a client's
+    ``client_end`` message, as far as the hooks send them (``()`` for none); ``width``: the clients' row count with local
+    vocabularies (None: whole tables)."""
+    hooks = algorithm.hooks
+    paths = [tuple(t.split("/")) for t in tables]
+    if width is None:
+        rows = lambda tree: tree
+    else:
+        ids = jax.ShapeDtypeStruct((width,), jax.numpy.int32)
+        rows = lambda tree: jax.eval_shape(lambda t, i: gather_table_rows(t, i, paths), tree,
+                                           ids)
+    server = rows(state.algorithm) if hooks.server_state_sent else ()
+    if hooks.client_end is None or not hooks.message_sent:
+        return server, ()
+    first = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
+                                      tree)
+    if client_states is None:
+        private, own = {}, jax.eval_shape(hooks.client_init, shared)
+    else:
+        private, own = first(client_states.private), first(client_states.algorithm)
+    params = rows(masking.merge(shared, private))
+    start = ClientStart(params, (), 0, rows(own), rows(state.algorithm))
+    _, message = jax.eval_shape(
+        lambda s, p: hooks.client_end(ClientEnd(s, p, jax.numpy.int32(1))), start, params)
+    return server, message
 
 
 def describe(summary: dict[str, Any]) -> str:

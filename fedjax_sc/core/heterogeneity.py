@@ -20,7 +20,7 @@ the round from ``fold_in(round key, streams.WORK)``:
 A client with budget 0 trains nothing, keeps its private leaves and uploads nothing: its
 aggregation weight is 0 and the others' weights are renormalised (:func:`participation_weights`);
 if every client misses a round the server keeps its model. With unequal work the aggregate can
-be FedNova's normalised average (``aggregation="fednova"``, :mod:`fedjax_sc.algorithms.fednova`).
+be FedNova's normalised average (``aggregation="fednova"``, :mod:`fedjax_sc.core.fednova`).
 """
 
 from __future__ import annotations

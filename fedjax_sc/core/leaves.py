@@ -10,6 +10,24 @@ from flax import traverse_util
 from fedjax_sc.algorithms.base import Params
 
 
+def is_table(path: tuple[str, ...]) -> bool:
+    """Whether a params path is a word-embedding table: a top-level module whose name ends in
+    ``embedding`` holding its ``[V, d]`` table as ``embedding`` (``embedding/embedding``,
+    ``private_embedding/embedding``, ...). The library's models follow this rule
+    (:data:`fedjax_sc.models.text_classifier.TABLE_MODULES`); a model of one's own whose
+    tables follow it gets local-vocabulary training of them, rows only, for free."""
+    return len(path) == 2 and path[1] == "embedding" and path[0].endswith("embedding")
+
+
+def table_paths(*trees: Params, among=None) -> list[tuple[str, ...]]:
+    """The word-embedding table paths (:func:`is_table`) held by any of ``trees`` (nested-dict
+    params), in sorted order; ``among``: only these paths (None: every table)."""
+    held = {p for t in trees for p in traverse_util.flatten_dict(t) if is_table(p)}
+    if among is not None:
+        held &= {tuple(p) for p in among}
+    return sorted(held)
+
+
 def replace_leaf(params: Params, path: tuple[str, ...], value: jax.Array) -> Params:
     """Returns ``params`` with the leaf at ``path`` replaced (nested dicts, no mutation)."""
     flat = traverse_util.flatten_dict(params)
@@ -63,8 +81,10 @@ def _path_names(path) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _table_of(path, tables) -> tuple[str, ...] | None:
-    """The table path among ``tables`` that the key path ends with, or None."""
+def table_of(path, tables) -> tuple[str, ...] | None:
+    """The table path among ``tables`` (tuples of names) that the pytree key path ``path``
+    (of ``jax.tree_util.tree_flatten_with_path``) ends with, or None: the rule by which any
+    pytree's leaf is seen as a word-embedding table's rows."""
     names = _path_names(path)
     for t in tables:
         if names[-len(t):] == tuple(t):
@@ -80,7 +100,7 @@ def gather_table_rows(tree, ids: jax.Array, tables) -> object:
     if not tables:
         return tree
     return jax.tree_util.tree_map_with_path(
-        lambda p, x: x[ids] if _table_of(p, tables) is not None else x, tree)
+        lambda p, x: x[ids] if table_of(p, tables) is not None else x, tree)
 
 
 def scatter_table_rows(rows, reference, ids: jax.Array, vmask: jax.Array, tables) -> object:
@@ -91,7 +111,7 @@ def scatter_table_rows(rows, reference, ids: jax.Array, vmask: jax.Array, tables
         return rows
 
     def put(p, r, full):
-        if _table_of(p, tables) is None:
+        if table_of(p, tables) is None:
             return r
         safe = jnp.where(vmask, ids, full.shape[0])  # out of range: dropped
         return full.at[safe].set(r, mode="drop")
@@ -115,7 +135,7 @@ def reduce_table_rows(stacked, weights: jax.Array, ids: jax.Array | None,
 
     def one(p, x):
         w = weights.astype(x.dtype)
-        t = _table_of(p, tables)
+        t = table_of(p, tables)
         if t is None:
             return jnp.tensordot(w, x, axes=1)
         scaled = x * (vmask.astype(x.dtype) * w[:, None]).reshape(

@@ -27,17 +27,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_sc.algorithms import copies, masking
+from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, bind
+from fedjax_sc.core import copies, leaves
 from fedjax_sc.core.evaluate import example_hits, mean_accuracy
 from fedjax_sc.core.local import epoch_order, local_steps
 from fedjax_sc.core.round import (
-    TABLE_PATHS,
     ClientStates,
     ServerState,
     gather_rows,
     gather_table_rows,
-    has_leaf,
     scatter_rows,
 )
 from fedjax_sc.data.client_data import ClientData
@@ -89,7 +88,7 @@ class Personalization(NamedTuple):
 def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformation, *,
                      batch_size: int, num_evals: int = DEFAULT_NUM_EVALS,
                      steps_per_eval: int = DEFAULT_STEPS_PER_EVAL, eval_batch_size: int = 200,
-                     table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS
+                     table_paths: tuple[tuple[str, ...], ...] | None = None
                      ) -> Callable[[ServerState, ClientStates, ClientData, ClientData,
                                     jax.Array], Personalization]:
     """Builds the compiled Ap phase.
@@ -102,7 +101,8 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
       num_evals: n_Z (>= 0).
       steps_per_eval: z (>= 0); 0 gives n_Z copies of the accuracy before fine-tuning.
       eval_batch_size: test examples per forward pass.
-      table_paths: word-embedding tables trained by rows with local-vocabulary train data.
+      table_paths: word-embedding tables trained by rows with local-vocabulary train data
+        (default: every path of :func:`fedjax_sc.core.leaves.is_table`).
 
     Returns:
       ``personalize(server_state, client_states, train, test, rng, first=0) ->
@@ -167,8 +167,8 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
     def run(state: ServerState, client_states: ClientStates, train: ClientData,
             test: ClientData, rng: jax.Array, first: jax.Array):
         local_rows = train.vocab_ids is not None
-        tables = [p for p in table_paths if local_rows and (
-            has_leaf(state.params, p) or has_leaf(client_states.private, p))]
+        tables = (leaves.table_paths(state.params, client_states.private, among=table_paths)
+                  if local_rows else [])
         ids, vmask = ((train.vocab_ids, train.vocab_mask) if local_rows else
                       (jnp.zeros((train.num_clients, 1), jnp.int32),) * 2)
         clients = first + jnp.arange(train.num_clients, dtype=jnp.int32)

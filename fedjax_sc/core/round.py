@@ -11,7 +11,7 @@ metrics)``:
    private leaf: an algorithm with both is refused); every client loss sees its
    :class:`~fedjax_sc.algorithms.base.ClientStart` (start params, all messages, client index:
    FedProx's centre, FedMMD's frozen model, FedKC's knowledge); an algorithm's local copies
-   (FedFusion's reference extractor, :mod:`fedjax_sc.algorithms.copies`) are made now;
+   (FedFusion's reference extractor, :mod:`fedjax_sc.core.copies`) are made now;
 2. every client runs ``local_epochs`` epochs of mini-batch training on its own examples,
    reshuffled each epoch, optimizer state fresh -- all clients at once under ``jax.vmap``,
    the steps of one client as a ``lax.scan``; a client with fewer batches than the largest one
@@ -60,7 +60,7 @@ import optax
 from flax import traverse_util
 
 from fedjax_sc import streams
-from fedjax_sc.algorithms import copies, fednova, masking
+from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.aggregate import example_weights, weighted_mean_rows
 from fedjax_sc.algorithms.base import (
     Algorithm,
@@ -69,6 +69,7 @@ from fedjax_sc.algorithms.base import (
     ServerInputs,
     UploadContext,
 )
+from fedjax_sc.core import copies, fednova, leaves
 from fedjax_sc.core.client import RoundMetrics, build_client_update  # noqa: F401 (re-exported)
 from fedjax_sc.core.heterogeneity import LocalWork, budgets, participation_weights
 from fedjax_sc.core.leaves import (  # noqa: F401 (re-exported)
@@ -84,12 +85,6 @@ from fedjax_sc.core.leaves import (  # noqa: F401 (re-exported)
 from fedjax_sc.core.local import keep_where
 from fedjax_sc.data.client_data import ClientData
 from fedjax_sc.data.vocab import PAD
-from fedjax_sc.models.text_classifier import TABLE_MODULES
-
-TABLE_PATHS = tuple((name, "embedding") for name in TABLE_MODULES)
-"""Paths of every word-embedding table the library's models may hold (the shared one and the
-private one of arch C / PFL-DA); local-vocabulary training applies to each that is present."""
-
 
 
 class ServerState(NamedTuple):
@@ -166,7 +161,7 @@ def row_masks(clients: ClientData) -> jax.Array | None:
 
 
 def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
-                      table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS,
+                      table_paths: tuple[tuple[str, ...], ...] | None = None,
                       work: LocalWork | None = None) -> RoundParts:
     """The stages of :func:`build_round` (same arguments and errors)."""
     if not isinstance(algorithm, Algorithm):
@@ -184,7 +179,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         """The table paths of ``params`` trained by rows (none without local vocabularies)."""
         if clients.vocab_ids is None:
             return []
-        return [p for p in table_paths if has_leaf(params, p)]
+        return leaves.table_paths(params, among=table_paths)
 
     def local_training(state: ServerState, client_states: ClientStates, clients: ClientData,
                        rng: jax.Array):
@@ -274,7 +269,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         weights = example_weights(raw)
         trained = raw > 0 if steps is None else (raw > 0) & (steps > 0)
         # the local copies are not sent: aggregated without them, remade from the model
-        # the clients downloaded (mod:`fedjax_sc.algorithms.copies`)
+        # the clients downloaded (mod:`fedjax_sc.core.copies`)
         base = copies.without_copies(state.params, algorithm.local_copies)
         if work.aggregation == "fednova":
             uploads = normalised_uploads(base, uploads, clients, weights, steps)
@@ -320,7 +315,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
 
 
 def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
-                table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS,
+                table_paths: tuple[tuple[str, ...], ...] | None = None,
                 work: LocalWork | None = None) -> Callable[[ServerState, ClientStates, ClientData, jax.Array],
                               tuple[ServerState, ClientStates, RoundMetrics]]:
     """The un-jitted round function (jit it, or use :func:`make_round_step`).
@@ -329,7 +324,8 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
       algorithm: the :class:`~fedjax_sc.algorithms.base.Algorithm`.
       batch_size: local mini-batch size B (paper: 8 for FDU).
       local_epochs: local epochs E per round (paper: 2).
-      table_paths: params paths of the word-embedding tables; those present are trained on
+      table_paths: params paths of the word-embedding tables (default: every path of
+        :func:`fedjax_sc.core.leaves.is_table`); those present are trained on
         the clients' local-vocabulary rows only when ``ClientData.vocab_ids`` is set.
       work: heterogeneous clients (:class:`~fedjax_sc.core.heterogeneity.LocalWork`: fixed
         or drawn local steps, dropout, stragglers, FedNova); None or an inactive one: every
@@ -384,7 +380,7 @@ def check_clients(client_states: ClientStates, clients: ClientData) -> None:
 
 
 def make_round_step(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
-                    table_paths: tuple[tuple[str, ...], ...] = TABLE_PATHS,
+                    table_paths: tuple[tuple[str, ...], ...] | None = None,
                     donate: bool = False):
     """``jax.jit`` of :func:`build_round`: the whole round is one compiled program.
 

@@ -34,7 +34,7 @@ The frozen global extractor is part of the model, as in Yao et al.'s code (thu-m
 ``model/cifar_models.py``: the ``refer_*`` layers sit in the model's state dict): a second
 Embedding-BiGRU, ``reference_embedding`` and ``reference_encoder``, whose features enter the
 fusion under ``stop_gradient``. FedFusion declares it a local copy of the extractor
-(:data:`REFERENCE`, :mod:`fedjax_sc.algorithms.copies`): a client sets it to the extractor it
+(:data:`REFERENCE`, :mod:`fedjax_sc.core.copies`): a client sets it to the extractor it
 downloads, and the global model's reference is the extractor of the round before, the one its
 clients trained against, which is what Ag and Ap evaluate with.
 """

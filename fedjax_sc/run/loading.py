@@ -273,12 +273,12 @@ def rows(tree: Any, scene: scenes.Scene) -> Any:
     return jax.tree.map(lambda x: x[first:stop], tree)
 
 
-def communication_summary(algorithm, state, train: ClientData, scene: scenes.Scene,
-                          checked: processes.Agreement) -> dict[str, Any]:
+def communication_summary(algorithm, state, client_states, train: ClientData,
+                          scene: scenes.Scene, checked: processes.Agreement) -> dict[str, Any]:
     """:meth:`~fedjax_sc.core.communication.Communication.summary` of every client, from each
     process's share (:func:`gather_clients`, after :meth:`~fedjax_sc.run.processes.
     Agreement.step`)."""
-    figures = communication.account(algorithm, state, train)
+    figures = communication.account(algorithm, state, train, client_states=client_states)
     if scene.share is not None:
         checked.step()
         figures = communication.Communication(*gather_clients(tuple(figures), scene))

@@ -30,7 +30,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -150,20 +150,49 @@ def train_population(configs: Sequence[TrainConfig], log: Callable[[str], None] 
     return reports
 
 
+class _Prepared(NamedTuple):
+    """What :func:`_prepare` built for the members, before any file changed."""
+
+    scene: Any  # pooled into one client where the algorithm trains centrally
+    client_names: tuple[str, ...]  # the scene's own clients
+    files: list[Path]
+    setups: list[Setup]
+    hparams: dict[str, Any]
+    build: Callable
+    state: Any  # the members' stacked server states
+    client_states: Any
+    keys: jax.Array
+    host_train: Any  # the clients' training data on the host
+    round_host: Any  # what the round trains on (the centralised trainer's data where it has one)
+    test_data: Any
+    global_eval: Callable | None
+    personal_eval: Callable | None
+    mode: str  # the Ap phase's mode
+    comm: Any  # the communication figures (None for a centralised trainer)
+
+
 def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path | None,
                   grid: Sequence[str], checked: processes.Agreement, mesh: jax.sharding.Mesh
                   ) -> list[dict[str, Any] | None]:
     """:func:`train_population` once the members' folders are locked; ``checked`` is reached
-    once every check passed, before any file is changed; ``mesh`` is the population's."""
-    c, size = cs[0], len(cs)
+    once every check passed, before any file is changed; ``mesh`` is the population's.
+    Three stages: :func:`_prepare` (scene, states, every check), :func:`_prepare_folders`
+    (resume or start afresh), :func:`_train_rounds` (the rounds, then each member's
+    finish)."""
     for m in cs:
         rundir.check_out_dir(Path(m.out), m)
-    say = ([log] if size == 1 else
-           [lambda line, name=Path(m.out).name: log(f"[{name}] {line}") for m in cs])
+    p = _prepare(cs, log, checked, mesh)
+    start, state, client_states = _prepare_folders(cs, p, checked, log)
+    return _train_rounds(cs, p, start, state, client_states, log, index, grid, mesh)
 
+
+def _prepare(cs: list[TrainConfig], log: Callable[[str], None], checked: processes.Agreement,
+             mesh: jax.sharding.Mesh) -> _Prepared:
+    """The scene, the members' setups and round-0 states, the evaluations and the
+    communication figures; every check of the settings that needs them (nothing written)."""
+    c = cs[0]
     scene, files = loading.load(c, mesh, checked, log)  # a share with several processes
-    names = scene.client_names
-
+    names = tuple(scene.client_names)
     setups = [build_setup(m, scene, log if i == 0 else _quiet) for i, m in enumerate(cs)]
     algorithm = setups[0].algorithm  # the members' shared structure: evaluation, Ap modes
     if any(s.work != setups[0].work for s in setups):  # FedNova's a_k reads momentum, lr
@@ -175,8 +204,8 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
         build, population.stack([global_params(s, s.state.params) for s in setups]), hparams,
         scene.num_clients)
     keys = jnp.stack([s.train_key for s in setups])
-    if size > 1:
-        log(f"population of {size} members in one program"
+    if len(cs) > 1:
+        log(f"population of {len(cs)} members in one program"
             + (f"; traced per member: {', '.join(hparams)}" if hparams else ""))
     # the Ap phase always fine-tunes per client; a centralised trainer says what it trains on
     central = algorithm.central
@@ -191,7 +220,6 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
     if c.clients_per_round is not None and c.clients_per_round > scene.num_clients:
         raise ValueError(f"--clients-per-round {c.clients_per_round} > {scene.num_clients} "
                          f"clients")
-    test_data = client_data(scene.test)
     has_private = bool(jax.tree.leaves(client_states.private))
     global_eval = (None if algorithm.global_predict is None
                    else make_evaluate(algorithm.global_predict))
@@ -204,14 +232,26 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
         raise ValueError(f"--ap-mode {mode!r}: {c.algorithm} has the modes {modes}")
     comm = None
     if central is None:
-        comm = loading.communication_summary(algorithm, setups[0].state, host_train, scene,
+        comm = loading.communication_summary(algorithm, setups[0].state,
+                                             setups[0].client_states, host_train, scene,
                                              checked)
         log(communication.describe(comm))
     else:
         log(f"{c.algorithm} is trained centrally: no communication")
+    return _Prepared(scene, names, files, setups, hparams, build, state, client_states, keys,
+                     host_train, round_host, client_data(scene.test), global_eval,
+                     personal_eval, mode, comm)
 
-    vocab_json = scene.vocab.to_json()
-    data_print = loading.fingerprint(c, files, vocab_json)
+
+def _prepare_folders(cs: list[TrainConfig], p: _Prepared, checked: processes.Agreement,
+                     log: Callable[[str], None]) -> tuple[int, Any, Any]:
+    """Checks every ``--resume`` against its folder, then (``checked`` reached: the first
+    change of any file) restores the newest round all members hold intact, or clears an
+    ``--overwrite``-n folder, and writes the members' config, vocabulary, fingerprint and
+    metrics so far. Returns ``(start round, server states, client states)``."""
+    state, client_states = p.state, p.client_states
+    vocab_json = p.scene.vocab.to_json()
+    data_print = loading.fingerprint(cs[0], p.files, vocab_json)
     for m in cs:
         out = Path(m.out)
         if m.resume:
@@ -243,27 +283,43 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
             log(f"--overwrite: removed the earlier run in {out}")
         out.mkdir(parents=True, exist_ok=True)
     processes.barrier("run folders prepared")  # process 0 removed what it had to
-    ckpts = [_manager(Path(m.out)) for m in cs]
     start = min((step for step, _ in found), default=0)
     if start:  # every member from the newest round all of them hold intact
-        restored = [states if step == start else restore_checkpoint(
-            ckpts[i], start, population.member(state, i), population.member(client_states, i))
-            for i, (step, states) in enumerate(found)]
-        for ck in ckpts:  # rounds past the common one are trained again, identically
-            for step in ck.all_steps():
-                if step > start:
-                    ck.delete(step)
+        restored = []
+        for i, (step, states) in enumerate(found):
+            ck = _manager(Path(cs[i].out))
+            restored.append(states if step == start else restore_checkpoint(
+                ck, start, population.member(state, i), population.member(client_states, i)))
+            for later in ck.all_steps():  # rounds past the common one are trained again
+                if later > start:
+                    ck.delete(later)
+            ck.close()
         state, client_states = population.stack(restored)
         log(f"resumed from {', '.join(str(Path(m.out) / 'checkpoints') for m in cs)} at "
             f"round {start}")
-    metrics_paths = [Path(m.out) / "metrics.jsonl" for m in cs]
-    for m, path in zip(cs, metrics_paths):
+    for m in cs:
+        path = Path(m.out) / "metrics.jsonl"
         history = rundir.read_metrics(path, start, log)
         rundir.write_text(path, "".join(json.dumps(r) + "\n" for r in history))
         rundir.write_text(Path(m.out) / "config.json", json.dumps(dataclasses.asdict(
-            dataclasses.replace(m, label_names=scene.label_names)), indent=2))  # table: classes
+            dataclasses.replace(m, label_names=p.scene.label_names)), indent=2))  # classes
         rundir.write_text(Path(m.out) / "vocab.json", vocab_json)
         rundir.write_text(Path(m.out) / "fingerprint.json", json.dumps(data_print, indent=2))
+    return start, state, client_states
+
+
+def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
+                  client_states: Any, log: Callable[[str], None], index: Path | None,
+                  grid: Sequence[str], mesh: jax.sharding.Mesh) -> list[dict[str, Any] | None]:
+    """Rounds ``start + 1 .. rounds`` of the members (one compiled program), each round's
+    metrics row, tracking and checkpoint; a member whose update is not finite stops; then
+    each running member's finish (evaluation, Ap phase, report)."""
+    c, size, scene, setups, names = cs[0], len(cs), p.scene, p.setups, p.client_names
+    say = ([log] if size == 1 else
+           [lambda line, name=Path(m.out).name: log(f"[{name}] {line}") for m in cs])
+    central = setups[0].algorithm.central
+    metrics_paths = [Path(m.out) / "metrics.jsonl" for m in cs]
+    ckpts = [_manager(Path(m.out)) for m in cs]
     status = ["running"] * size
     trackers = [Tracker(m, index) for m in cs]  # W&B: a population's members are grouped
     if index is not None:
@@ -271,7 +327,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
 
     state = sharding.put_members(state, mesh, clients=False)
     # the feed keeps every client's states (private leaves and the algorithm's own state)
-    feed = PopulationFeed(round_host, client_states, mesh, [m.seed for m in cs],
+    feed = PopulationFeed(p.round_host, client_states, mesh, [m.seed for m in cs],
                           c.clients_per_round, c.sampling,
                           *((scene.num_clients, scene.share[0]) if scene.share else ()))
     rows = int(dict(mesh.shape)[sharding.MEMBERS])
@@ -285,16 +341,17 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
 
     def accuracies(i):  # this process's clients on its default device, then gathered
         params = sharding.local(population.member(state.params, i))
-        private = (None if personal_eval is None
+        private = (None if p.personal_eval is None
                    else sharding.local(feed.member_private(i).private))
-        return loading.accuracies(scene, global_eval, personal_eval,
-                                  global_params(setups[i], params), params, private, test_data)
+        return loading.accuracies(scene, p.global_eval, p.personal_eval,
+                                  global_params(setups[i], params), params, private,
+                                  p.test_data)
 
     results = [accuracies(i) for i in range(size)]
     if start < c.rounds:
         t0 = time.perf_counter()
         step = population.build_population_round(
-            build, batch_size=c.batch_size, local_epochs=c.local_epochs,
+            p.build, batch_size=c.batch_size, local_epochs=c.local_epochs,
             trainer=(functools.partial(build_round, work=setups[0].work) if central is None
                      else central_trainers.builder(central)),
             per_member_data=feed.partial, member_shards=rows)
@@ -309,7 +366,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
         data, private = feed.inputs(feed.sample(start + 1))
         # the round replaces the server and client states: XLA may reuse their buffers
         round_step = jax.jit(placed, donate_argnums=(0, 1)).lower(
-            state, private, data, keys, hparams).compile()
+            state, private, data, p.keys, p.hparams).compile()
         log(f"round compiled in {time.perf_counter() - t0:.1f} s; algorithm {c.algorithm}, "
             f"batch {c.batch_size}, lr {c.lr}, {c.local_epochs} local epochs, d = {c.embed_dim}")
     durations = []
@@ -317,7 +374,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
         t0 = time.perf_counter()
         idxs = feed.sample(r)
         data, private = feed.inputs(idxs)
-        new_state, new_client_states, ms = round_step(state, private, data, keys, hparams)
+        new_state, new_client_states, ms = round_step(state, private, data, p.keys, p.hparams)
         ms = sharding.local(ms)  # the metrics of every process's clients
         for i, idx in enumerate(idxs):
             m = jax.tree.map(lambda x: np.asarray(x)[i, :len(idx)], ms)
@@ -344,7 +401,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
                 continue
             m = jax.tree.map(lambda x: np.asarray(x)[i, :len(idx)], ms)
             results[i] = ag, personal = accuracies(i)
-            row = round_row(r, m, ag, personal, mode, seconds, comm,
+            row = round_row(r, m, ag, personal, p.mode, seconds, p.comm,
                             idx if feed.partial else None, setups[i].work.active)
             rundir.append_text(metrics_paths[i], json.dumps(row) + "\n")
             trackers[i].round(row, list(names) if not feed.partial else
@@ -354,7 +411,7 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
             eta = (c.rounds - r) * float(np.mean(durations[-5:]))
             shown = "n/a" if ag is None else f"{row['Ag']:.4f}"
             extra = ("" if personal is None else
-                     f" | personal ({mode}) {row['personal'][mode]:.4f}")
+                     f" | personal ({p.mode}) {row['personal'][p.mode]:.4f}")
             say[i](f"round {r:3d}/{c.rounds} | train loss {row['train_loss']:.4f} | Ag {shown}"
                    f"{extra} | {seconds:6.1f} s | {row['client_steps_per_s']:6.1f} "
                    f"client-steps/s | ETA {_hms(eta)}")
@@ -365,14 +422,14 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
         ck.close()
 
     reports: list[dict[str, Any] | None] = []
-    train_data = jax.tree.map(jnp.asarray, host_train) if c.ap else None
+    train_data = jax.tree.map(jnp.asarray, p.host_train) if c.ap else None
     for i, m in enumerate(cs):
         if status[i] != "running":
             reports.append(None)
             continue
         reports.append(finish(m, scene, setups[i], sharding.local(population.member(state, i)),
                               sharding.local(feed.member_private(i)), results[i],
-                              train_data, test_data, comm, durations, say[i], trackers[i]))
+                              train_data, p.test_data, p.comm, durations, say[i], trackers[i]))
         status[i] = "finished"
     for tracker, report in zip(trackers, reports):
         tracker.close(report)  # the report's Ag and Ap: the W&B run's summary

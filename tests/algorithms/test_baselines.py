@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from fedjax_sc.algorithms import fedkc as fedkc_lib
 from fedjax_sc.algorithms.asp import orthogonality
 from fedjax_sc.algorithms.base import Batch, ClientStart
-from fedjax_sc.algorithms.copies import freeze, make_copies
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.fedfusion import fedfusion
 from fedjax_sc.algorithms.fedmmd import fedmmd, mmd_penalty
@@ -22,6 +21,7 @@ from fedjax_sc.algorithms.indiv import indiv
 from fedjax_sc.algorithms.losses import MULTI_KERNEL_VARIANCES, CrossEntropy, mmd
 from fedjax_sc.core import communication
 from fedjax_sc.core import round as rnd
+from fedjax_sc.core.copies import freeze, make_copies
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.models.asp import gradient_reversal
 from fedjax_sc.models.fusion import FusionClassifier

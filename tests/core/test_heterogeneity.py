@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedjax_sc.algorithms import fednova
 from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.core import fednova
 from fedjax_sc.core import heterogeneity as het
 from fedjax_sc.core import round as rnd
 from fedjax_sc.core.heterogeneity import LocalWork

@@ -59,3 +59,24 @@ def test_scatter_after_gather_writes_back_only_the_real_rows(r, seed):
     want[ids[0][mask[0]]] += 1.0
     np.testing.assert_allclose(back["c"]["embedding"]["embedding"], want)
     np.testing.assert_allclose(back["c"]["bias"], 2.0)  # not a table: taken as changed
+
+
+def test_the_table_rule_finds_every_word_embedding_table_of_every_model():
+    """core.leaves.is_table (the engine's rule) and the models' TABLE_MODULES name the same
+    tables, for every algorithm of the registry."""
+    import jax
+
+    from fedjax_sc.core.leaves import is_table, table_paths
+    from fedjax_sc.models.text_classifier import TABLE_MODULES, init_params
+    from fedjax_sc.run.registry import ALGORITHMS, build_algorithm
+
+    assert all(is_table((name, "embedding")) for name in TABLE_MODULES)
+    assert not is_table(("embedding",)) and not is_table(("classifier", "embedding"))
+    assert not is_table(("gru", "kernel"))
+    for name in ALGORITHMS:
+        algorithm = build_algorithm(name, vocab_size=20, num_classes=2, embed_dim=4,
+                                    num_clients=3, hidden=4, mlp_hidden=4)
+        params = init_params(algorithm.model, jax.random.key(0))
+        expected = sorted((m, "embedding") for m in TABLE_MODULES if m in params)
+        assert table_paths(params) == expected, name
+        assert expected, name
