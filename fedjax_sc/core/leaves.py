@@ -45,26 +45,6 @@ def get_leaf(params: Params, path: tuple[str, ...]) -> jax.Array:
     return params
 
 
-def gather_rows(params: Params, ids: jax.Array, paths) -> Params:
-    """Replaces each ``[V, d]`` table at ``paths`` by its rows ``ids`` (int32 ``[R]``): the
-    client's local-vocabulary view (paper Remark 3)."""
-    for p in paths:
-        params = replace_leaf(params, p, get_leaf(params, p)[ids])
-    return params
-
-
-def scatter_rows(params: Params, reference: Params, ids: jax.Array, vmask: jax.Array,
-                 paths) -> Params:
-    """Inverse of :func:`gather_rows`: writes the ``[R, d]`` rows at ``paths`` of ``params``
-    into the full tables of ``reference`` (padding entries, ``vmask`` False, are dropped)."""
-    for p in paths:
-        table = get_leaf(reference, p)
-        safe_ids = jnp.where(vmask, ids, table.shape[0])  # out of range: dropped
-        params = replace_leaf(params, p, table.at[safe_ids].set(get_leaf(params, p),
-                                                                mode="drop"))
-    return params
-
-
 def has_leaf(params: Params, path: tuple[str, ...]) -> bool:
     """Whether the nested-dict ``params`` holds a leaf at ``path``."""
     return path in traverse_util.flatten_dict(params)
@@ -96,7 +76,8 @@ def gather_table_rows(tree, ids: jax.Array, tables) -> object:
     """Any pytree (an algorithm's state, a message) with every leaf whose path ends with one
     of ``tables`` (e.g. ``("embedding", "embedding")``) replaced by its rows ``ids``
     (int32 ``[R]``): a ``[V, d]`` state leaf seen as the client's local-vocabulary rows,
-    aligned with its params (:func:`gather_rows` for params-shaped dicts only)."""
+    aligned with its params; on params, the client's local-vocabulary view of its tables
+    (paper Remark 3)."""
     if not tables:
         return tree
     return jax.tree_util.tree_map_with_path(

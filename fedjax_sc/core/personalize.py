@@ -35,9 +35,8 @@ from fedjax_sc.core.local import epoch_order, local_steps
 from fedjax_sc.core.round import (
     ClientStates,
     ServerState,
-    gather_rows,
     gather_table_rows,
-    scatter_rows,
+    scatter_table_rows,
 )
 from fedjax_sc.data.client_data import ClientData
 
@@ -122,7 +121,7 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
                    test_labels, test_mask, key, client, server, tables):
         full = masking.merge(shared, private)
         full = copies.make_copies(full, algorithm.local_copies)
-        work = gather_rows(full, ids, tables)
+        work = gather_table_rows(full, ids, tables)
         # a loss with a centre (FedProx) is centred at the model before fine-tuning; no
         # knowledge exchange in this phase; an algorithm's own states as training left them
         start = ClientStart(work, (), client, gather_table_rows(own, ids, tables),
@@ -133,7 +132,7 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
         num_batches = jnp.maximum((count + batch_size - 1) // batch_size, 1)
 
         def accuracy(work):  # (accuracy, which examples are right) per mode
-            params = scatter_rows(work, full, ids, vmask, tables)
+            params = scatter_table_rows(work, full, ids, vmask, tables)
             hits = example_hits(predict, params, test_tokens, test_labels, test_mask,
                                 eval_batch_size)
             n = jnp.sum(test_mask).astype(jnp.float32)  # no test example: NaN, no accuracy

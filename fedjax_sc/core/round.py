@@ -73,13 +73,11 @@ from fedjax_sc.core import copies, fednova, leaves
 from fedjax_sc.core.client import RoundMetrics, build_client_update  # noqa: F401 (re-exported)
 from fedjax_sc.core.heterogeneity import LocalWork, budgets, participation_weights
 from fedjax_sc.core.leaves import (  # noqa: F401 (re-exported)
-    gather_rows,
     gather_table_rows,
     get_leaf,
     has_leaf,
     reduce_table_rows,
     replace_leaf,
-    scatter_rows,
     scatter_table_rows,
 )
 from fedjax_sc.core.local import keep_where
@@ -192,7 +190,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         def start_params(private, ids):
             params = masking.merge(state.params, private)
             # work on the rows of V^k only (exact, see the module docstring)
-            return gather_rows(params, ids, shared_tables + private_tables)
+            return gather_table_rows(params, ids, shared_tables + private_tables)
 
         vocab_ids, vocab_mask = ((clients.vocab_ids, clients.vocab_mask)
                                  if clients.vocab_ids is not None else
@@ -209,7 +207,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                     f"vector) or the exchange")
             knowledge_key = jax.random.fold_in(round_key, streams.KNOWLEDGE)
             knowledge = jax.vmap(lambda ids, tokens, labels, mask, k: (
-                algorithm.knowledge(gather_rows(state.params, ids, shared_tables), tokens,
+                algorithm.knowledge(gather_table_rows(state.params, ids, shared_tables), tokens,
                                     labels, mask, jax.random.fold_in(knowledge_key, k))))(
                 vocab_ids, clients.tokens, clients.labels, clients.mask,
                 jnp.arange(clients.num_clients))
@@ -228,7 +226,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                 own = scatter_table_rows(keep_where(metrics.steps > 0, new_own, own_rows),
                                          own, ids, vmask, row_tables)
             shared, new_private = split_private(algorithm, params)
-            new_private = scatter_rows(new_private, private, ids, vmask, private_tables)
+            new_private = scatter_table_rows(new_private, private, ids, vmask, private_tables)
             return shared, new_private, own, metrics, message
 
         steps = (budgets(work, jax.random.fold_in(round_key, streams.WORK), clients.counts,
