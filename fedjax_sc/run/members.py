@@ -26,15 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_sc.run import rundir
+from fedjax_sc.run import registry, rundir
 from fedjax_sc.run.config import TrainConfig
 
-TRACED = {"lr": "learning_rate", "momentum": "momentum", "lambda_kt": "lambda_kt",
-          "lambda_div": "lambda_div", "upload_noise": "upload_noise", "dp_noise": "dp_noise",
-          "prox_mu": "prox_mu", "dyn_alpha": "dyn_alpha", "mmd_weight": "mmd_weight",
-          "server_lr": "server_lr", "server_momentum": "server_momentum"}
+TRACED = {**{registry.config_field(k): k for k, o in registry.OPTIONS.items() if o.traced},
+          "upload_noise": "upload_noise", "dp_noise": "dp_noise"}
 """Config field -> keyword of :func:`fedjax_sc.run.registry.build_algorithm`: the settings a
-population may vary as traced values (one program for every value)."""
+population may vary as traced values (one program for every value): the options marked
+``traced`` in :data:`fedjax_sc.run.registry.OPTIONS`, and the upload's and DP-SGD's noise."""
 
 GRID_NAMES = (*TRACED, "ap_lr_mult")
 """The names ``--grid`` accepts (``ap_lr_mult`` is the Ap phase's mu)."""

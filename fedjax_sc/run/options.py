@@ -5,18 +5,30 @@ from __future__ import annotations
 
 import argparse
 
-from fedjax_sc.algorithms.losses import HSIC_NORMALIZATIONS
 from fedjax_sc.data.partition import PARTITIONS
-from fedjax_sc.models.fusion import CONV_INITS, FUSIONS
 from fedjax_sc.run.config import DTYPES, SCENES, TrainConfig
+from fedjax_sc.run.flags import flag
 from fedjax_sc.run.members import GRID_NAMES
-from fedjax_sc.run.registry import ALGORITHMS, known
+from fedjax_sc.run.registry import ALGORITHMS, OPTIONS, config_field, known
 
 
 def default(field: str):
     """The default of a :class:`~fedjax_sc.run.config.TrainConfig` field: every option's
     default is written once, there (or in the builder it is taken from), never here."""
     return TrainConfig.__dataclass_fields__[field].default
+
+
+def generated(group, name: str) -> None:
+    """The flags of the options of :data:`~fedjax_sc.run.registry.OPTIONS` in flag group
+    ``name``: each one's spelling, type, choices, default and help come from its entry."""
+    for option, o in OPTIONS.items():
+        if o.group != name:
+            continue
+        field = config_field(option)
+        value = default(field)
+        kind = {} if o.choices else {"type": o.type or type(value)}
+        group.add_argument(flag(field), dest=field, default=value, choices=o.choices,
+                           help=o.help, **kind)
 
 
 def _algorithm(value: str) -> str:
@@ -52,18 +64,7 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     t.add_argument("--momentum", type=float, default=default("momentum"))
     t.add_argument("--embedding-lr", type=float, help="separate learning rate of the word "
                    "embeddings (paper's IYY setting: 0.01 with --lr 0.1)")
-    k = t.add_argument_group("KTEPS loss (Eq. 7-9; kteps and arch_a/b/c)")
-    k.add_argument("--lambda-kt", type=float, default=default("lambda_kt"),
-                   help="lambda1: knowledge-transfer weight")
-    k.add_argument("--lambda-div", type=float, default=default("lambda_div"),
-                   help="lambda2: HSIC diversity weight (arch_a/b/c always use 0)")
-    k.add_argument("--temperature", type=float, default=default("temperature"), help="T of Eq. 8")
-    k.add_argument("--bandwidth", type=float,
-                   help="HSIC Gaussian kernel sigma (default: median heuristic per batch)")
-    k.add_argument("--hsic-normalization", choices=HSIC_NORMALIZATIONS,
-                   default=default("hsic_normalization"),
-                   help="biased: the trace over (n - 1)^2 (Gretton et al.; default); none: the "
-                   "trace alone, 49x larger at batch 8 (docs/choices.md)")
+    generated(t.add_argument_group("KTEPS loss (Eq. 7-9; kteps and arch_a/b/c)"), "kteps")
     u = t.add_argument_group("upload privacy and compression (KTEPS*, Alg. 1; any algorithm)")
     if not grid:
         u.add_argument("--pca-band", type=int, nargs=2, metavar=("D1", "D2"),
@@ -84,38 +85,10 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     u.add_argument("--dp-delta", type=float, default=default("dp_delta"),
                    help="delta at which the report states each client's epsilon")
     b = t.add_argument_group("baselines (Sec. 5.4; defaults where the papers give none)")
-    b.add_argument("--prox-mu", type=float, default=default("prox_mu"), help="FedProx mu (fedprox, "
-                   "fedprox_kc)")
-    b.add_argument("--dyn-alpha", type=float, default=default("dyn_alpha"),
-                   help="FedDyn alpha (feddyn)")
-    b.add_argument("--mmd-weight", type=float, default=default("mmd_weight"), help="FedMMD lambda")
-    b.add_argument("--mmd-kernel", choices=("multi", "median"), default=default("mmd_kernel"),
-                   help="FedMMD kernel: the sum of 19 Gaussian kernels of Yao et al.'s code, or "
-                   "one Gaussian of median-heuristic width")
-    b.add_argument("--fusion", choices=FUSIONS, default=default("fusion"),
-                   help="FedFusion operator (Yao et al. 2019)")
-    b.add_argument("--fusion-init", choices=CONV_INITS,
-                   default=default("fusion_init"), help="FedFusion conv operator's init: "
-                   "PyTorch's default as in Yao et al.'s code, or [I/2, I/2] (the plain model)")
+    generated(b, "baselines")
     b.add_argument("--fusion-shared-embedding", dest="fusion_private_embedding",
                    action="store_false", help="FedFusion averages the word embedding too (Yao "
                    "et al. 2019); default: private embedding, as Li et al. ran it (Sec. 5.5)")
-    b.add_argument("--fusion-gamma-momentum", type=float,
-                   default=default("fusion_gamma_momentum"), help="FedFusion multi/single: "
-                   "the server's momentum on the fusion weight, as in Yao et al.'s code")
-    b.add_argument("--kc-clusters", type=int, default=default("kc_clusters"),
-                   help="FedKC K-Means clusters q")
-    b.add_argument("--kc-iterations", type=int, default=default("kc_iterations"),
-                   help="FedKC Lloyd iterations")
-    b.add_argument("--kc-weight", type=float, default=default("kc_weight"),
-                   help="FedKC consistency alpha")
-    b.add_argument("--asp-adversarial", type=float, default=default("asp_adversarial"),
-                   help="ASP lambda_adv (Liu et al. 2017)")
-    b.add_argument("--asp-orthogonal", type=float, default=default("asp_orthogonal"),
-                   help="ASP orthogonality gamma (Liu et al. 2017)")
-    b.add_argument("--asp-schedule", choices=("alternate", "sum"), default=default("asp_schedule"),
-                   help="ASP's multi-task steps: one domain's batch per step (Liu et al.'s "
-                   "loop) or every domain's batch per step with the gradients summed")
     f = t.add_argument_group("scale: partitions, participation, server optimizer (FedNLP, "
                              "FedOpt)")
     f.add_argument("--partition", choices=PARTITIONS,

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from fedjax_sc.algorithms import compression, feddyn, fedkc, fedmmd, fedopt, fedprox
 from fedjax_sc.algorithms.asp import asp
-from fedjax_sc.algorithms.base import Algorithm, chain
+from fedjax_sc.algorithms.base import MULTITASK_SCHEDULES, Algorithm, chain
 from fedjax_sc.algorithms.context import BuildContext, is_spec, load
 from fedjax_sc.algorithms.dp_sgd import dp_sgd
 from fedjax_sc.algorithms.fedavg import fedavg
@@ -50,10 +50,11 @@ from fedjax_sc.algorithms.indiv import indiv
 from fedjax_sc.algorithms.kteps import kteps
 from fedjax_sc.algorithms.kteps_star import default_band, kteps_star, private_upload
 from fedjax_sc.algorithms.lg_fedavg import lg_fedavg
+from fedjax_sc.algorithms.losses import HSIC_NORMALIZATIONS
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.algorithms.pfl_da import pfl_da
 from fedjax_sc.models.asp import ASPClassifier
-from fedjax_sc.models.fusion import FusionClassifier
+from fedjax_sc.models.fusion import CONV_INITS, FUSIONS, FusionClassifier
 from fedjax_sc.models.private_shared import PrivateSharedClassifier
 from fedjax_sc.models.text_classifier import TextClassifier
 
@@ -74,59 +75,111 @@ NO_UPLOAD = ("indiv", "fs", "asp")
 """Trained without uploads (each client alone, or centrally): no upload noise by default."""
 ALGORITHMS = tuple(SINGLE_BRANCH) + PLUG_INS + OWN_MODEL + tuple(TWO_BRANCH)
 
-OPTIONS: dict[str, tuple[Callable, str]] = {
-    "learning_rate": (fedavg, "learning_rate"),
-    "momentum": (client_sgd, "momentum"),
-    "embedding_learning_rate": (client_sgd, "embedding_learning_rate"),
-    "hidden": (TextClassifier, "hidden"),
-    "mlp_hidden": (TextClassifier, "mlp_hidden"),
-    "furl_dim": (TextClassifier, "furl_dim"),
-    "dtype": (TextClassifier, "dtype"),
-    "lambda_kt": (kteps, "lambda_kt"),
-    "lambda_div": (kteps, "lambda_div"),
-    "temperature": (kteps, "temperature"),
-    "bandwidth": (kteps, "bandwidth"),
-    "hsic_normalization": (kteps, "hsic_normalization"),
-    "pca_center": (compression.pca_compress, "center"),
-    "prox_mu": (fedprox.proximal, "mu"),
-    "dyn_alpha": (feddyn.dynamic_regularizer, "alpha"),
-    "mmd_weight": (fedmmd.mmd_penalty, "weight"),
-    "mmd_kernel": (fedmmd.mmd_penalty, "kernel"),
-    "fusion": (FusionClassifier, "fusion"),
-    "fusion_init": (FusionClassifier, "fusion_init"),
-    "fusion_private_embedding": (fedfusion, "private_embedding"),
-    "fusion_gamma_momentum": (fedfusion, "gamma_momentum"),
-    "kc_clusters": (fedkc.fedkc, "num_clusters"),
-    "kc_iterations": (fedkc.fedkc, "iterations"),
-    "kc_weight": (fedkc.fedkc, "weight"),
-    "asp_adversarial": (asp, "adversarial"),
-    "asp_orthogonal": (asp, "orthogonal"),
-    "asp_schedule": (asp, "schedule"),
-    "server_lr": (fedopt.fedopt, "learning_rate"),
-    "server_momentum": (fedopt.fedopt, "momentum"),
-    "server_tau": (fedopt.fedopt, "tau"),
-}
-"""The options of :func:`build_algorithm` (the CLI's and ``TrainConfig``'s names) and the
-builder parameter each one sets: its default is that parameter's default, written once, in
-the builder."""
-
 KTEPS_LOSS = ("kteps", "kteps_star", "arch_a", "arch_b", "arch_c")
-READ_BY: dict[str, tuple[str, ...]] = {
-    **dict.fromkeys(("lambda_kt", "lambda_div", "temperature", "bandwidth",
-                     "hsic_normalization"), KTEPS_LOSS),
-    "prox_mu": ("fedprox", "fedprox_kc"),
-    "dyn_alpha": ("feddyn",),
-    **dict.fromkeys(("mmd_weight", "mmd_kernel"), ("fedmmd",)),
-    **dict.fromkeys(("fusion", "fusion_init", "fusion_private_embedding",
-                     "fusion_gamma_momentum"), ("fedfusion",)),
-    **dict.fromkeys(("kc_clusters", "kc_iterations", "kc_weight"), ("fedavg_kc", "fedprox_kc")),
-    **dict.fromkeys(("asp_adversarial", "asp_orthogonal", "asp_schedule"), ("asp",)),
+KC = ("fedavg_kc", "fedprox_kc")
+
+
+class Option(NamedTuple):
+    """One option of :func:`build_algorithm`, declared once: its default is the builder
+    parameter's (read from the signature, :func:`default`), and the ``TrainConfig`` field,
+    the command-line flag (for a ``group``), which algorithms read it and whether a
+    population may trace it all come from here.
+
+    Attributes:
+      builder, param: the builder and its parameter that the option sets.
+      help: the flag's help ("" for an option whose flag is written by hand).
+      read_by: the algorithms that read it (None: every algorithm).
+      traced: a population may vary it as a traced value (``--grid``, one program).
+      group: the flag group it is generated in (``kteps``, ``baselines``), or None where
+        :mod:`fedjax_sc.run.options` writes its flag by hand.
+      choices: the flag's choices (None: any value of the default's type).
+      field: the ``TrainConfig`` field (None: the option's name).
+      type: the flag's type (None: the default's).
+    """
+
+    builder: Callable
+    param: str
+    help: str = ""
+    read_by: tuple[str, ...] | None = None
+    traced: bool = False
+    group: str | None = None
+    choices: tuple[str, ...] | None = None
+    field: str | None = None
+    type: Callable | None = None
+
+
+OPTIONS: dict[str, Option] = {
+    "learning_rate": Option(fedavg, "learning_rate", traced=True, field="lr"),
+    "momentum": Option(client_sgd, "momentum", traced=True),
+    "embedding_learning_rate": Option(client_sgd, "embedding_learning_rate",
+                                      field="embedding_lr"),
+    "hidden": Option(TextClassifier, "hidden"),
+    "mlp_hidden": Option(TextClassifier, "mlp_hidden"),
+    "furl_dim": Option(TextClassifier, "furl_dim"),
+    "dtype": Option(TextClassifier, "dtype"),
+    "lambda_kt": Option(kteps, "lambda_kt", "lambda1: knowledge-transfer weight", KTEPS_LOSS,
+                        True, "kteps"),
+    "lambda_div": Option(kteps, "lambda_div", "lambda2: HSIC diversity weight (arch_a/b/c "
+                         "always use 0)", KTEPS_LOSS, True, "kteps"),
+    "temperature": Option(kteps, "temperature", "T of Eq. 8", KTEPS_LOSS, group="kteps"),
+    "bandwidth": Option(kteps, "bandwidth", "HSIC Gaussian kernel sigma (default: median "
+                        "heuristic per batch)", KTEPS_LOSS, group="kteps", type=float),
+    "hsic_normalization": Option(kteps, "hsic_normalization", "biased: the trace over "
+                                 "(n - 1)^2 (Gretton et al.; default); none: the trace alone, "
+                                 "49x larger at batch 8 (docs/choices.md)", KTEPS_LOSS,
+                                 group="kteps", choices=HSIC_NORMALIZATIONS),
+    "pca_center": Option(compression.pca_compress, "center"),
+    "prox_mu": Option(fedprox.proximal, "mu", "FedProx mu (fedprox, fedprox_kc)",
+                      ("fedprox", "fedprox_kc"), True, "baselines"),
+    "dyn_alpha": Option(feddyn.dynamic_regularizer, "alpha", "FedDyn alpha (feddyn)",
+                        ("feddyn",), True, "baselines"),
+    "mmd_weight": Option(fedmmd.mmd_penalty, "weight", "FedMMD lambda", ("fedmmd",), True,
+                         "baselines"),
+    "mmd_kernel": Option(fedmmd.mmd_penalty, "kernel", "FedMMD kernel: the sum of 19 Gaussian "
+                         "kernels of Yao et al.'s code, or one Gaussian of median-heuristic "
+                         "width", ("fedmmd",), group="baselines", choices=("multi", "median")),
+    "fusion": Option(FusionClassifier, "fusion", "FedFusion operator (Yao et al. 2019)",
+                     ("fedfusion",), group="baselines", choices=FUSIONS),
+    "fusion_init": Option(FusionClassifier, "fusion_init", "FedFusion conv operator's init: "
+                          "PyTorch's default as in Yao et al.'s code, or [I/2, I/2] (the plain "
+                          "model)", ("fedfusion",), group="baselines", choices=CONV_INITS),
+    "fusion_private_embedding": Option(fedfusion, "private_embedding", read_by=("fedfusion",)),
+    "fusion_gamma_momentum": Option(fedfusion, "gamma_momentum", "FedFusion multi/single: the "
+                                    "server's momentum on the fusion weight, as in Yao et "
+                                    "al.'s code", ("fedfusion",), group="baselines"),
+    "kc_clusters": Option(fedkc.fedkc, "num_clusters", "FedKC K-Means clusters q", KC,
+                          group="baselines"),
+    "kc_iterations": Option(fedkc.fedkc, "iterations", "FedKC Lloyd iterations", KC,
+                            group="baselines"),
+    "kc_weight": Option(fedkc.fedkc, "weight", "FedKC consistency alpha", KC,
+                        group="baselines"),
+    "asp_adversarial": Option(asp, "adversarial", "ASP lambda_adv (Liu et al. 2017)",
+                              ("asp",), group="baselines"),
+    "asp_orthogonal": Option(asp, "orthogonal", "ASP orthogonality gamma (Liu et al. 2017)",
+                             ("asp",), group="baselines"),
+    "asp_schedule": Option(asp, "schedule", "ASP's multi-task steps: one domain's batch per "
+                           "step (Liu et al.'s loop) or every domain's batch per step with the "
+                           "gradients summed", ("asp",), group="baselines",
+                           choices=MULTITASK_SCHEDULES),
+    "server_lr": Option(fedopt.fedopt, "learning_rate", traced=True),
+    "server_momentum": Option(fedopt.fedopt, "momentum", traced=True),
+    "server_tau": Option(fedopt.fedopt, "tau"),
 }
+"""The options of :func:`build_algorithm` (the CLI's and ``TrainConfig``'s names): adding one
+is a builder parameter (its default) and one line here (plus its ``TrainConfig`` field)."""
+
+READ_BY: dict[str, tuple[str, ...]] = {k: o.read_by for k, o in OPTIONS.items()
+                                       if o.read_by is not None}
 """The options of :data:`OPTIONS` that only some algorithms read, and which: a run of any
 other algorithm is the same run whatever their values (a resume or a store compares only
 what the run's algorithm reads, :func:`fedjax_sc.run.config.config_diff`). An option not
 listed here is read by every algorithm. :func:`build_algorithm` sees only the options its
 algorithm reads by this table, so a builder that reads another fails loudly."""
+
+
+def config_field(option: str) -> str:
+    """The ``TrainConfig`` field of an option of :data:`OPTIONS`."""
+    return OPTIONS[option].field or option
 
 
 def reads(name: str, option: str) -> bool:
@@ -148,8 +201,8 @@ def default(option: str) -> Any:
     Raises:
       KeyError: an unknown option.
     """
-    builder, param = OPTIONS[option]
-    return inspect.signature(builder).parameters[param].default
+    o = OPTIONS[option]
+    return inspect.signature(o.builder).parameters[o.param].default
 
 
 def upload_settings(name: str, embed_dim: int, pca_band: tuple[int, int] | None,

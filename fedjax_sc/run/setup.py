@@ -53,10 +53,6 @@ def global_params(setup: Setup, shared: Any) -> Any:
     return masking.merge(shared, setup.global_private)
 
 
-CONFIG_FIELD = {"learning_rate": "lr", "embedding_learning_rate": "embedding_lr"}
-"""The ``TrainConfig`` field of a registry option whose name differs (the CLI's short one)."""
-
-
 def algorithm_options(c: TrainConfig, scene: scenes.Scene) -> dict[str, Any]:
     """The keywords of :func:`~fedjax_sc.run.registry.build_algorithm` that ``c`` sets: the
     scene's sizes, the upload and server settings, and every option of
@@ -66,7 +62,7 @@ def algorithm_options(c: TrainConfig, scene: scenes.Scene) -> dict[str, Any]:
         embed_dim=c.embed_dim, num_clients=scene.num_clients, pca_band=c.pca_band,
         upload_noise=c.upload_noise, dp_clip=c.dp_clip, dp_noise=c.dp_noise,
         server_opt=c.server_opt,
-        **{o: getattr(c, CONFIG_FIELD.get(o, o)) for o in registry.OPTIONS})
+        **{o: getattr(c, registry.config_field(o)) for o in registry.OPTIONS})
 
 
 def population_builder(c: TrainConfig, scene: scenes.Scene,

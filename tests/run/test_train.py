@@ -226,3 +226,20 @@ def test_the_cli_uploads_as_the_library_builds_on_a_corpus_of_ones_own():
     params = init_params(alg.model, jax.random.key(0))
     sent, _ = alg.upload.encode(params, alg.upload.init(params), jax.random.key(1), None)
     chex.assert_trees_all_equal(sent, params)
+
+
+def test_every_flag_defaults_to_the_configuration_and_every_field_has_a_flag():
+    """The CLI and the library give the same run for the same settings: ``fedjax-sc train``
+    with no option parses to TrainConfig's defaults (each written once, in TrainConfig or the
+    builder it reads), and every field but the table scene's class names is a flag."""
+    import dataclasses
+
+    from fedjax_sc.run import cli
+
+    from fedjax_sc.run import registry
+
+    parsed = vars(cli._parser().parse_args(["train"]))
+    fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    assert {registry.config_field(o) for o in registry.OPTIONS} <= set(fields)
+    assert {k: v for k, v in parsed.items() if k in fields and v != fields[k]} == {}
+    assert sorted(k for k in fields if k not in parsed) == ["label_names"]
