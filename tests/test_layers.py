@@ -116,3 +116,25 @@ def test_the_engine_knows_no_particular_algorithm_and_no_model():
         if m.startswith("fedjax_sc.core"):
             used = {d for d in deps if d.startswith(("fedjax_sc.algorithms", "fedjax_sc.models"))}
             assert used <= ENGINE_MAY_USE, (m, used - ENGINE_MAY_USE)
+
+
+RUN_PLUMBING = {"processes", "tracking", "flags"}
+"""run/'s plumbing: several processes, experiment tracking, flag spelling."""
+RUN_PAPER = {"paper", "table_plan", "reproduce", "results", "gaps", "compare", "plots", "probe",
+             "tidy_csv"}
+"""run/'s paper: its tables as data, their plans and stores, results/, comparisons, figures."""
+
+
+def test_run_reads_as_three_seams():
+    """run/ is the application (config, options, registry, the training loop, checkpoints,
+    reports), the paper on top of it and the plumbing beneath: the plumbing imports neither,
+    the application never imports the paper, and the CLI alone joins them."""
+    for m, deps in graph().items():
+        if not m.startswith("fedjax_sc.run."):
+            continue
+        name = m.rsplit(".", 1)[1]
+        used = {d.rsplit(".", 1)[1] for d in deps if d.startswith("fedjax_sc.run.")}
+        if name in RUN_PLUMBING:
+            assert used <= RUN_PLUMBING, (name, used - RUN_PLUMBING)
+        elif name not in RUN_PAPER and name != "cli":
+            assert not used & RUN_PAPER, (name, used & RUN_PAPER)

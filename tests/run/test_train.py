@@ -234,9 +234,7 @@ def test_every_flag_defaults_to_the_configuration_and_every_field_has_a_flag():
     builder it reads), and every field but the table scene's class names is a flag."""
     import dataclasses
 
-    from fedjax_sc.run import cli
-
-    from fedjax_sc.run import registry
+    from fedjax_sc.run import cli, registry
 
     parsed = vars(cli._parser().parse_args(["train"]))
     fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
