@@ -56,6 +56,7 @@ from flax import traverse_util  # noqa: E402
 import fedjax_sc as fsc  # noqa: E402
 from fedjax_sc.core import sharding  # noqa: E402
 from fedjax_sc.core.feed import ClientFeed  # noqa: E402
+from fedjax_sc.data.client_data import host_client_data  # noqa: E402
 
 scene = fsc.synthetic_scene(num_clients=args.clients, train_per_client=6, test_per_client=2,
                             max_len=6)
@@ -65,8 +66,8 @@ state, clients = fsc.init_states(algorithm, fsc.init_params(model, jax.random.ke
                                  args.clients)
 mesh = sharding.client_mesh()  # every device of every process
 state = sharding.put_replicated(state, mesh)
-feed = ClientFeed(fsc.host_client_data(scene.train, local_vocab=True),
-                                clients.private, mesh, num_sampled=args.sampled, seed=0)
+feed = ClientFeed(host_client_data(scene.train, local_vocab=True), clients.private, mesh,
+                  num_sampled=args.sampled, seed=0)
 step = jax.jit(fsc.build_round(algorithm, batch_size=4, local_epochs=1), donate_argnums=(0, 1))
 for r in range(1, args.rounds + 1):
     idx = feed.sample(r)  # the same on every process: a function of (seed, round)

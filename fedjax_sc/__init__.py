@@ -3,7 +3,8 @@
 A reimplementation of Li, Zhan et al., "Preliminary Steps Towards Federated Sentiment
 Classification" (arXiv:2107.11956): every client holds one domain of reviews, a whole federated
 round is one ``jax.jit``-compiled function with the clients ``vmap``-ed over a stacked axis, and
-algorithms are values built from plug-in pieces. The names a researcher needs::
+algorithms are values built from plug-in pieces. The names a researcher needs (``__all__``,
+in groups; everything else is reachable from its module)::
 
     import fedjax_sc as fsc
     algorithm = fsc.kteps(fsc.PrivateSharedClassifier(vocab_size=V))
@@ -18,8 +19,6 @@ sharding) -> :mod:`fedjax_sc.run` (the experiment application: CLI, training loo
 from fedjax_sc.algorithms.asp import asp
 from fedjax_sc.algorithms.base import (
     Algorithm,
-    Batch,
-    CentralTrainer,
     ClientEnd,
     ClientStart,
     Hooks,
@@ -28,7 +27,6 @@ from fedjax_sc.algorithms.base import (
     UploadTransform,
     bind,
     chain,
-    identity_upload,
 )
 from fedjax_sc.algorithms.compression import pca_compress
 from fedjax_sc.algorithms.context import BuildContext
@@ -49,45 +47,41 @@ from fedjax_sc.algorithms.lg_fedavg import lg_fedavg
 from fedjax_sc.algorithms.noise import gaussian_noise
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.algorithms.pfl_da import pfl_da
-from fedjax_sc.core.evaluate import (
-    make_evaluate,
-    make_example_hits,
-    make_personal_evaluate,
-    mean_accuracy,
-    paired_ag_difference,
-)
+from fedjax_sc.core.evaluate import make_evaluate, mean_accuracy
 from fedjax_sc.core.heterogeneity import LocalWork
 from fedjax_sc.core.leaves import gather_table_rows, reduce_table_rows, scatter_table_rows
-from fedjax_sc.core.local import local_steps
-from fedjax_sc.core.personalize import Personalization, make_personalize
+from fedjax_sc.core.personalize import make_personalize
 from fedjax_sc.core.population import build_population_round, grid, init_population
 from fedjax_sc.core.round import (
     ClientStates,
-    RoundMetrics,
     ServerState,
     build_round,
-    build_round_parts,
     init_states,
     make_round_step,
 )
-from fedjax_sc.data.client_data import ClientData, client_data, host_client_data
-from fedjax_sc.data.scenes import Scene, build_scene, fdu_scene, iyy_scene, synthetic_scene
+from fedjax_sc.data.client_data import ClientData, client_data
+from fedjax_sc.data.scenes import build_scene, synthetic_scene
 from fedjax_sc.models.private_shared import PrivateSharedClassifier
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
 
 __all__ = [
-    "Algorithm", "Batch", "BuildContext", "CentralTrainer", "ClientData", "ClientEnd",
-    "ClientStart", "ClientStates", "Hooks", "ServerInputs", "dynamic_regularizer", "feddyn",
-    "gather_table_rows", "reduce_table_rows", "scatter_table_rows", "train",
-    "LocalWork", "Personalization", "PrivateSharedClassifier", "RoundMetrics", "Scene",
-    "ServerState", "TextClassifier", "UploadContext", "UploadTransform", "asp", "bind", "build_population_round",
-    "build_round", "build_round_parts", "build_scene", "chain", "client_data", "client_sgd",
-    "dp_sgd", "fdu_scene", "fedavg", "fedfusion", "fedkc", "fedmmd", "fedopt", "fedper", "fedprox",
-    "fs", "gaussian_noise", "grid", "host_client_data", "identity_upload", "indiv", "init_params",
-    "init_population", "init_states", "iyy_scene", "kteps", "kteps_star", "lg_fedavg",
-    "local_steps", "make_evaluate", "make_example_hits", "make_personal_evaluate",
-    "make_personalize", "make_round_step", "mean_accuracy", "mmd_penalty", "paired_ag_difference",
-    "pca_compress", "pfl_da", "proximal", "synthetic_scene",
+    # writing an algorithm: the interface
+    "Algorithm", "Hooks", "ClientStart", "ClientEnd", "ServerInputs", "BuildContext", "bind",
+    "chain", "UploadTransform", "UploadContext",
+    # the algorithms, and the pieces that wrap any algorithm
+    "fedavg", "fedper", "lg_fedavg", "pfl_da", "kteps", "kteps_star", "fedprox", "fedmmd",
+    "fedfusion", "fedkc", "feddyn", "fedopt", "indiv", "fs", "asp", "dp_sgd", "proximal",
+    "mmd_penalty", "dynamic_regularizer", "pca_compress", "gaussian_noise", "client_sgd",
+    # the models
+    "TextClassifier", "PrivateSharedClassifier", "init_params",
+    # data
+    "synthetic_scene", "build_scene", "client_data", "ClientData",
+    # the compiled round, its states, heterogeneous clients and populations
+    "make_round_step", "build_round", "init_states", "ServerState", "ClientStates",
+    "LocalWork", "gather_table_rows", "scatter_table_rows", "reduce_table_rows",
+    "build_population_round", "init_population", "grid",
+    # evaluation (Ag), the Ap phase, and the whole run
+    "make_evaluate", "mean_accuracy", "make_personalize", "train",
 ]
 
 
