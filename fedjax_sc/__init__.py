@@ -44,6 +44,7 @@ from fedjax_sc.algorithms.indiv import indiv
 from fedjax_sc.algorithms.kteps import kteps
 from fedjax_sc.algorithms.kteps_star import kteps_star
 from fedjax_sc.algorithms.lg_fedavg import lg_fedavg
+from fedjax_sc.algorithms.moon import model_contrastive, moon
 from fedjax_sc.algorithms.noise import gaussian_noise
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.algorithms.pfl_da import pfl_da
@@ -70,8 +71,8 @@ __all__ = [
     "chain", "UploadTransform", "UploadContext",
     # the algorithms, and the pieces that wrap any algorithm
     "fedavg", "fedper", "lg_fedavg", "pfl_da", "kteps", "kteps_star", "fedprox", "fedmmd",
-    "fedfusion", "fedkc", "feddyn", "fedopt", "indiv", "fs", "asp", "dp_sgd", "proximal",
-    "mmd_penalty", "dynamic_regularizer", "pca_compress", "gaussian_noise", "client_sgd",
+    "fedfusion", "fedkc", "feddyn", "moon", "fedopt", "indiv", "fs", "asp", "dp_sgd", "proximal",
+    "mmd_penalty", "dynamic_regularizer", "model_contrastive", "pca_compress", "gaussian_noise", "client_sgd",
     # the models
     "TextClassifier", "PrivateSharedClassifier", "init_params",
     # data

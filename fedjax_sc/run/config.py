@@ -117,6 +117,7 @@ class TrainConfig:
       dp_delta: the delta at which the report states each client's epsilon.
       prox_mu: FedProx's mu (fedprox, fedprox_kc; FedProx's value for Sent140: 0.01).
       dyn_alpha: FedDyn's alpha (feddyn; the middle of its authors' grid: 0.01).
+      moon_mu, moon_temperature: MOON's mu and tau (moon; its authors' code: 1 and 0.5).
       mmd_weight: FedMMD's lambda (the two-stream code's MNIST value: 0.1).
       mmd_kernel: FedMMD's kernel, ``multi`` (19 summed Gaussian kernels, Yao et al.'s code)
         or ``median`` (one Gaussian, median-heuristic width).
@@ -238,6 +239,8 @@ class TrainConfig:
     dp_delta: float = 1e-5
     prox_mu: float = registry.default("prox_mu")
     dyn_alpha: float = registry.default("dyn_alpha")
+    moon_mu: float = registry.default("moon_mu")
+    moon_temperature: float = registry.default("moon_temperature")
     mmd_weight: float = registry.default("mmd_weight")
     mmd_kernel: str = registry.default("mmd_kernel")
     fusion: str = registry.default("fusion")

@@ -54,7 +54,7 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                        "model); baselines: fedprox, fedmmd, fedfusion, fedavg_kc / "
                        "fedprox_kc (FedKC plug-in), indiv (no communication), fs (pooled "
                        "data), asp (centralised adversarial multi-task), feddyn (Acar et "
-                       "al. 2021); or your own: path/to/file.py:FUNCTION or "
+                       "al. 2021), moon (Li, He and Song 2021); or your own: path/to/file.py:FUNCTION or "
                        "package.module:FUNCTION returning a fedjax_sc.Algorithm "
                        "(docs/own-algorithm.md)")
     t.add_argument("--rounds", type=int, help="federated rounds (paper: 50 fdu, 20 iyy)")

@@ -19,6 +19,8 @@ fedavg_kc      TextClassifier; FedAvg + FedKC consistency on K-Means centroids  
 fedprox_kc     TextClassifier; FedProx + FedKC                                  Wang 2022
 feddyn         TextClassifier; FedAvg + dynamic regulariser (client and server   Acar 2021
                state, :mod:`fedjax_sc.algorithms.feddyn`)
+moon           TextClassifier; FedAvg + model-contrastive term (client state:   Li, He 2021
+               the previous local model, :mod:`fedjax_sc.algorithms.moon`)
 indiv          TextClassifier, every leaf private (no communication)           Sec. 5.4
 fs             TextClassifier on the pooled data (centralised)                 Fig. 2(A)
 asp            ASPClassifier, centralised multi-task, adversarial              Liu 2017
@@ -36,7 +38,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from fedjax_sc.algorithms import compression, feddyn, fedkc, fedmmd, fedopt, fedprox
+from fedjax_sc.algorithms import compression, feddyn, fedkc, fedmmd, fedopt, fedprox, moon
 from fedjax_sc.algorithms.asp import asp
 from fedjax_sc.algorithms.base import MULTITASK_SCHEDULES, Algorithm, chain
 from fedjax_sc.algorithms.context import BuildContext, is_spec, load
@@ -60,7 +62,7 @@ from fedjax_sc.models.text_classifier import TextClassifier
 
 SINGLE_BRANCH = {"fedavg": fedavg, "fedper": fedper, "lg_fedavg": lg_fedavg, "indiv": indiv,
                  "fs": fs}
-PLUG_INS = ("fedprox", "fedmmd", "fedavg_kc", "fedprox_kc", "feddyn")
+PLUG_INS = ("fedprox", "fedmmd", "fedavg_kc", "fedprox_kc", "feddyn", "moon")
 """FedAvg with plug-in loss terms (built in :func:`build_algorithm`)."""
 OWN_MODEL = ("fedfusion", "asp")
 TWO_BRANCH = {  # name: (private_from, projection, gated)
@@ -133,6 +135,10 @@ OPTIONS: dict[str, Option] = {
                       ("fedprox", "fedprox_kc"), True, "baselines"),
     "dyn_alpha": Option(feddyn.dynamic_regularizer, "alpha", "FedDyn alpha (feddyn)",
                         ("feddyn",), True, "baselines"),
+    "moon_mu": Option(moon.model_contrastive, "mu", "MOON mu, the contrastive term's weight "
+                      "(moon; Li, He and Song 2021)", ("moon",), True, "baselines"),
+    "moon_temperature": Option(moon.model_contrastive, "temperature", "MOON temperature tau "
+                               "(moon)", ("moon",), group="baselines"),
     "mmd_weight": Option(fedmmd.mmd_penalty, "weight", "FedMMD lambda", ("fedmmd",), True,
                          "baselines"),
     "mmd_kernel": Option(fedmmd.mmd_penalty, "kernel", "FedMMD kernel: the sum of 19 Gaussian "
@@ -279,6 +285,8 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
             if not num_clients:
                 raise ValueError("feddyn needs num_clients (the server's mean over every client)")
             algorithm = feddyn.dynamic_regularizer(algorithm, num_clients, o["dyn_alpha"])
+        if name == "moon":
+            algorithm = moon.model_contrastive(algorithm, o["moon_mu"], o["moon_temperature"])
         if name.endswith("_kc"):
             algorithm = fedkc.fedkc(algorithm, o["kc_clusters"], o["kc_iterations"],
                                     o["kc_weight"])

@@ -16,25 +16,16 @@ from fedjax_sc.models.text_classifier import init_params
 ALPHA = 0.1
 
 
-def _run(algorithm, model, data, rounds, num_clients):
-    state, clients = rnd.init_states(algorithm, init_params(model, jax.random.key(0)),
-                                     num_clients)
-    step = jax.jit(rnd.build_round(algorithm, batch_size=4, local_epochs=1))
-    for _ in range(rounds):
-        state, clients, metrics = step(state, clients, data, jax.random.key(1))
-    return state, clients, metrics
-
-
 @pytest.fixture(scope="module")
 def dyn(model, scene):
     return feddyn.dynamic_regularizer(fedavg(model, 0.1, 0.0), scene.num_clients, ALPHA)
 
 
-def test_one_round_is_the_closed_form(dyn, model, scene):
+def test_one_round_is_the_closed_form(dyn, model, scene, rounds):
     """Round 1 from h = H = 0: the loss's extra term is alpha/2 ||theta - theta^0||^2 alone,
     every client's h_k is its update, H their sum over N, the model the aggregate plus H."""
     data = client_data(scene.train, local_vocab=False)
-    state, clients, _ = _run(dyn, model, data, 1, scene.num_clients)
+    state, clients, _ = rounds(dyn, model, data, 1, scene.num_clients)
     x = init_params(model, jax.random.key(0))
     # the same round with the term as a plain proximal loss and no hooks gives the uploads
     from fedjax_sc.algorithms.fedprox import proximal
@@ -52,19 +43,19 @@ def test_one_round_is_the_closed_form(dyn, model, scene):
                                 atol=1e-6)
 
 
-def test_local_vocabulary_training_is_exact(dyn, model, scene):
+def test_local_vocabulary_training_is_exact(dyn, model, scene, rounds):
     """A client's update is zero outside its words: training by rows equals the dense table."""
-    dense = _run(dyn, model, client_data(scene.train, local_vocab=False), 3, scene.num_clients)
-    rows = _run(dyn, model, client_data(scene.train, local_vocab=True), 3, scene.num_clients)
+    dense = rounds(dyn, model, client_data(scene.train, local_vocab=False), 3, scene.num_clients)
+    rows = rounds(dyn, model, client_data(scene.train, local_vocab=True), 3, scene.num_clients)
     chex.assert_trees_all_close(rows[0].params, dense[0].params, atol=2e-5)
     chex.assert_trees_all_close(rows[0].algorithm, dense[0].algorithm, atol=2e-5)
     chex.assert_trees_all_close(rows[1].algorithm, dense[1].algorithm, atol=2e-5)
 
 
-def test_a_client_without_examples_keeps_its_state_and_has_no_say(dyn, model, scene):
+def test_a_client_without_examples_keeps_its_state_and_has_no_say(dyn, model, scene, rounds):
     data = client_data(scene.train, local_vocab=True)
     empty = data._replace(mask=data.mask.at[1].set(False), counts=data.counts.at[1].set(0))
-    state, clients, metrics = _run(dyn, model, empty, 2, scene.num_clients)
+    state, clients, metrics = rounds(dyn, model, empty, 2, scene.num_clients)
     assert int(metrics.steps[1]) == 0
     for leaf in jax.tree.leaves(clients.algorithm):
         assert not np.any(np.asarray(leaf[1]))  # still its round-0 zeros

@@ -1,0 +1,136 @@
+"""MOON: model-contrastive federated learning (Li, He and Song 2021, "Model-Contrastive
+Federated Learning", Sec. 3.2, Eq. 1-3; the authors' code, ``train_net_fedcon`` in
+QinbinLi/MOON ``main.py``).
+
+Each client keeps the model it ended its last round with. A local step adds to the
+cross-entropy a contrastive term that pulls the local representation z of every example
+towards the downloaded global model's z_glob and away from the previous local model's z_prev::
+
+    l_con = -log( exp(cos(z, z_glob) / tau) / (exp(cos(z, z_glob) / tau)
+                                                + exp(cos(z, z_prev) / tau)) )
+    L = CE + mu * l_con
+
+As in the authors' code: no previous model exists in a client's first round, and with the
+positive logit alone the term is exactly 0 there; the previous model is the one the client
+trained last (a pool of one model, ``--model_buffer_size 1``, their default); both frozen
+models run without gradient; mu = 1 and tau = 0.5 are their defaults.
+
+Where ours differs: the representation is the model's pooled features (the BiGRU's sequence
+mean that the classifier reads, ``TextClassifier.features``), not the output of an extra
+projection head; the paper's image models add a two-layer head for it, and the classifier's
+own hidden layer takes that place here, so the model, and every other method's, stays the
+paper's Embedding-BiGRU-MLP. The client state (the previous model and whether there is one)
+is :class:`~fedjax_sc.algorithms.base.Hooks` state: kept across rounds, checkpointed, kept by
+a client that sits a round out, and handled by rows under local vocabularies. mu = 0 is FedAvg
+exactly.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from fedjax_sc.algorithms import hparams
+from fedjax_sc.algorithms.base import Algorithm, Batch, ClientEnd, ClientStart, Hooks, Params
+from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
+
+DEFAULT_MU = 1.0
+"""mu, the contrastive term's weight (the authors' code default, ``--mu 1``)."""
+DEFAULT_TEMPERATURE = 0.5
+"""tau (the authors' code default, ``--temperature 0.5``)."""
+
+
+def contrastive_loss(z: jax.Array, z_glob: jax.Array, z_prev: jax.Array, mask: jax.Array,
+                     temperature: float, has_previous: jax.Array) -> jax.Array:
+    """l_con of MOON's Eq. 1, averaged over the real examples.
+
+    Args:
+      z, z_glob, z_prev: float ``[B, f]`` representations of the local, global and previous
+        local models.
+      mask: bool ``[B]``, the batch's real examples.
+      temperature: tau > 0.
+      has_previous: float32 scalar, 1 where a previous model exists, 0 in a client's first
+        round (where the one-logit cross-entropy, and so the term, is 0).
+
+    Returns:
+      float32 scalar.
+    """
+    def norm(a):  # finite gradient at 0 too (a padding example's features)
+        return jnp.sqrt(jnp.maximum(jnp.sum(a * a, -1), 1e-16))
+
+    def cos(a, b):  # PyTorch's CosineSimilarity: the product of norms clamped at 1e-8
+        a = a.astype(jnp.float32)
+        b = b.astype(jnp.float32)
+        return jnp.sum(a * b, -1) / jnp.maximum(norm(a) * norm(b), 1e-8)
+
+    positive, negative = cos(z, z_glob) / temperature, cos(z, z_prev) / temperature
+    per_example = jnp.logaddexp(positive, negative) - positive
+    weights = mask.astype(jnp.float32)
+    return has_previous * jnp.sum(weights * per_example) / jnp.maximum(jnp.sum(weights), 1.0)
+
+
+def model_contrastive(algorithm: Algorithm, mu: float = DEFAULT_MU,
+                      temperature: float = DEFAULT_TEMPERATURE) -> Algorithm:
+    """``algorithm`` with MOON's client state (the previous local model) and contrastive term.
+
+    Args:
+      algorithm: an algorithm without private leaves and without hooks of its own, whose
+        model has ``features(tokens) -> [batch, f]`` (``TextClassifier``).
+      mu: the term's weight (>= 0; 0: the algorithm unchanged in what it trains).
+      temperature: tau (> 0).
+
+    Returns:
+      The :class:`Algorithm`; the loss's aux dict gains ``contrastive`` (l_con).
+
+    Raises:
+      ValueError: a negative mu, a non-positive temperature, private leaves, hooks already
+        set, or a model without ``features``.
+    """
+    hparams.check("MOON mu", mu, lambda v: v >= 0, ">= 0")
+    hparams.check("MOON temperature", temperature, lambda v: v > 0, "> 0")
+    model = algorithm.model
+    if not hasattr(model, "features"):
+        raise ValueError(f"MOON needs a model with a features() method, got "
+                         f"{type(model).__name__}")
+    if algorithm.leaf_rules is not None or algorithm.hooks != Hooks():
+        raise ValueError(f"MOON keeps the whole previous model: {algorithm.name} has private "
+                         f"leaves or hooks of its own")
+    base = algorithm.client_loss
+    features = lambda params, tokens: model.apply({"params": params}, tokens,
+                                                  method=model.features)
+
+    def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
+        value, aux = base(params, batch, rng, start)
+        previous, has_previous = start.state
+        frozen = jax.lax.stop_gradient
+        term = contrastive_loss(features(params, batch.tokens),
+                                frozen(features(start.params, batch.tokens)),
+                                frozen(features(previous, batch.tokens)), batch.mask,
+                                temperature, has_previous)
+        return value + mu * term, {**aux, "contrastive": term}
+
+    def client_end(end: ClientEnd):  # the model this client trained is its next "previous"
+        return (end.params, jnp.ones((), jnp.float32)), ()
+
+    return algorithm._replace(client_loss=loss, hooks=Hooks(
+        client_init=lambda params: (params, jnp.zeros((), jnp.float32)),
+        client_end=client_end, message_sent=False))
+
+
+def moon(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
+         embedding_learning_rate: float | None = None, mu: float = DEFAULT_MU,
+         temperature: float = DEFAULT_TEMPERATURE) -> Algorithm:
+    """Builds MOON: FedAvg with the model-contrastive term.
+
+    Args:
+      model: ``TextClassifier``.
+      learning_rate, momentum, embedding_learning_rate: client SGD.
+      mu, temperature: see :func:`model_contrastive`.
+
+    Raises:
+      ValueError: see :func:`model_contrastive`.
+    """
+    return model_contrastive(fedavg(model, learning_rate, momentum, embedding_learning_rate),
+                             mu, temperature)._replace(name="moon")
