@@ -29,9 +29,8 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from flax import traverse_util
 
-from fedjax_sc.algorithms import hparams
+from fedjax_sc.algorithms import hparams, masking
 from fedjax_sc.algorithms.base import (
     Algorithm,
     Batch,
@@ -46,13 +45,6 @@ from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 
 DEFAULT_ALPHA = 0.01
 """alpha of the dynamic regulariser (the middle of the authors' grid)."""
-
-
-def shared_part(params: Params, like: Params) -> Params:
-    """The leaves of ``params`` at the paths that ``like`` has (the shared leaves of a model
-    whose private leaves ``like`` lacks), as a tree shaped as ``like``."""
-    flat = traverse_util.flatten_dict(params)
-    return traverse_util.unflatten_dict({p: flat[p] for p in traverse_util.flatten_dict(like)})
 
 
 def _dot(a: Params, b: Params) -> jax.Array:
@@ -84,8 +76,8 @@ def dynamic_regularizer(algorithm: Algorithm, num_clients: int,
 
     def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
         value, aux = base(params, batch, rng, start)
-        own = shared_part(params, start.state)
-        anchor = jax.lax.stop_gradient(shared_part(start.params, start.state))
+        own = masking.like(params, start.state)
+        anchor = jax.lax.stop_gradient(masking.like(start.params, start.state))
         h = jax.lax.stop_gradient(start.state)
         term = alpha * _dot(h, own) + 0.5 * alpha * sum(
             jnp.sum(jnp.square(p - a)) for p, a in
@@ -93,8 +85,8 @@ def dynamic_regularizer(algorithm: Algorithm, num_clients: int,
         return value + term, {**aux, "dynamic": term}
 
     def client_end(end: ClientEnd):
-        update = jax.tree.map(jnp.subtract, shared_part(end.params, end.start.state),
-                              shared_part(end.start.params, end.start.state))
+        update = jax.tree.map(jnp.subtract, masking.like(end.params, end.start.state),
+                              masking.like(end.start.params, end.start.state))
         return jax.tree.map(jnp.add, end.start.state, update), update
 
     def server_update(s: ServerInputs):

@@ -78,6 +78,19 @@ def select(params: Params, labels: Params, label: str) -> Params:
                                          if flat_labels[p] == label})
 
 
+def like(params: Params, part: Params) -> Params:
+    """The leaves of ``params`` at the paths that ``part`` holds, as a tree shaped as ``part``
+    (e.g. the shared leaves of a full model, given a tree of the shared leaves)."""
+    flat = traverse_util.flatten_dict(params)
+    return traverse_util.unflatten_dict({p: flat[p] for p in traverse_util.flatten_dict(part)})
+
+
+def overlay(params: Params, part: Params) -> Params:
+    """``params`` with the leaves that ``part`` holds replaced by ``part``'s."""
+    return traverse_util.unflatten_dict({**traverse_util.flatten_dict(params),
+                                         **traverse_util.flatten_dict(part)})
+
+
 def merge(*parts: Params) -> Params:
     """Union of disjoint nested-dict pytrees (e.g. the shared and the private part).
 

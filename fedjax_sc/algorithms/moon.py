@@ -31,7 +31,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from fedjax_sc.algorithms import hparams
+from fedjax_sc.algorithms import hparams, masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientEnd, ClientStart, Hooks, Params
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
@@ -76,8 +76,10 @@ def model_contrastive(algorithm: Algorithm, mu: float = DEFAULT_MU,
     """``algorithm`` with MOON's client state (the previous local model) and contrastive term.
 
     Args:
-      algorithm: an algorithm without private leaves and without hooks of its own, whose
-        model has ``features(tokens) -> [batch, f]`` (``TextClassifier``).
+      algorithm: an algorithm without hooks of its own whose model has
+        ``features(tokens) -> [batch, f]`` (``TextClassifier``). The state keeps the shared
+        leaves of the previous model; its private leaves (a FURL user vector) are the
+        client's own, which it starts the round with unchanged.
       mu: the term's weight (>= 0; 0: the algorithm unchanged in what it trains).
       temperature: tau (> 0).
 
@@ -85,8 +87,8 @@ def model_contrastive(algorithm: Algorithm, mu: float = DEFAULT_MU,
       The :class:`Algorithm`; the loss's aux dict gains ``contrastive`` (l_con).
 
     Raises:
-      ValueError: a negative mu, a non-positive temperature, private leaves, hooks already
-        set, or a model without ``features``.
+      ValueError: a negative mu, a non-positive temperature, hooks already set, or a model
+        without ``features``.
     """
     hparams.check("MOON mu", mu, lambda v: v >= 0, ">= 0")
     hparams.check("MOON temperature", temperature, lambda v: v > 0, "> 0")
@@ -94,9 +96,9 @@ def model_contrastive(algorithm: Algorithm, mu: float = DEFAULT_MU,
     if not hasattr(model, "features"):
         raise ValueError(f"MOON needs a model with a features() method, got "
                          f"{type(model).__name__}")
-    if algorithm.leaf_rules is not None or algorithm.hooks != Hooks():
-        raise ValueError(f"MOON keeps the whole previous model: {algorithm.name} has private "
-                         f"leaves or hooks of its own")
+    if algorithm.hooks != Hooks():
+        raise ValueError(f"MOON keeps its own client state: {algorithm.name} has hooks "
+                         f"already")
     base = algorithm.client_loss
     features = lambda params, tokens: model.apply({"params": params}, tokens,
                                                   method=model.features)
@@ -107,12 +109,13 @@ def model_contrastive(algorithm: Algorithm, mu: float = DEFAULT_MU,
         frozen = jax.lax.stop_gradient
         term = contrastive_loss(features(params, batch.tokens),
                                 frozen(features(start.params, batch.tokens)),
-                                frozen(features(previous, batch.tokens)), batch.mask,
+                                frozen(features(masking.overlay(start.params, previous),
+                                                batch.tokens)), batch.mask,
                                 temperature, has_previous)
         return value + mu * term, {**aux, "contrastive": term}
 
     def client_end(end: ClientEnd):  # the model this client trained is its next "previous"
-        return (end.params, jnp.ones((), jnp.float32)), ()
+        return (masking.like(end.params, end.start.state[0]), jnp.ones((), jnp.float32)), ()
 
     return algorithm._replace(client_loss=loss, hooks=Hooks(
         client_init=lambda params: (params, jnp.zeros((), jnp.float32)),
