@@ -23,7 +23,6 @@ its own clients where it can (:mod:`fedjax_sc.run.loading`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import math
@@ -35,7 +34,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 
 from fedjax_sc.core import central as central_trainers
 from fedjax_sc.core import communication, population, sharding
@@ -43,7 +41,7 @@ from fedjax_sc.core.evaluate import make_evaluate, make_personal_evaluate
 from fedjax_sc.core.feed import PopulationFeed
 from fedjax_sc.core.round import build_round
 from fedjax_sc.data.client_data import client_data
-from fedjax_sc.run import loading, members, processes, rundir
+from fedjax_sc.run import folders, loading, members, processes, rundir
 from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configuration)
     DTYPES,
     EMBEDDINGS,
@@ -176,13 +174,13 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
                   ) -> list[dict[str, Any] | None]:
     """:func:`train_population` once the members' folders are locked; ``checked`` is reached
     once every check passed, before any file is changed; ``mesh`` is the population's.
-    Three stages: :func:`_prepare` (scene, states, every check), :func:`_prepare_folders`
+    Three stages: :func:`_prepare` (scene, states, every check), :func:`fedjax_sc.run.folders.prepare`
     (resume or start afresh), :func:`_train_rounds` (the rounds, then each member's
     finish)."""
     for m in cs:
         rundir.check_out_dir(Path(m.out), m)
     p = _prepare(cs, log, checked, mesh)
-    start, state, client_states = _prepare_folders(cs, p, checked, log)
+    start, state, client_states = folders.prepare(cs, p.scene, p.files, p.state, p.client_states, checked, log)
     return _train_rounds(cs, p, start, state, client_states, log, index, grid, mesh)
 
 
@@ -243,71 +241,6 @@ def _prepare(cs: list[TrainConfig], log: Callable[[str], None], checked: process
                      personal_eval, mode, comm)
 
 
-def _prepare_folders(cs: list[TrainConfig], p: _Prepared, checked: processes.Agreement,
-                     log: Callable[[str], None]) -> tuple[int, Any, Any]:
-    """Checks every ``--resume`` against its folder, then (``checked`` reached: the first
-    change of any file) restores the newest round all members hold intact, or clears an
-    ``--overwrite``-n folder, and writes the members' config, vocabulary, fingerprint and
-    metrics so far. Returns ``(start round, server states, client states)``."""
-    state, client_states = p.state, p.client_states
-    vocab_json = p.scene.vocab.to_json()
-    data_print = loading.fingerprint(cs[0], p.files, vocab_json)
-    for m in cs:
-        out = Path(m.out)
-        if m.resume:
-            last = rundir.last_round(out)
-            if last is None:
-                raise FileNotFoundError(f"--resume: {out / 'checkpoints'} holds no checkpoint, "
-                                        f"nothing to resume; start afresh with --overwrite")
-            if last > m.rounds:
-                raise ValueError(f"--resume: the checkpoint in {out} is at round {last}, past "
-                                 f"--rounds {m.rounds}")
-            note = rundir.check_resume_data(out, data_print, vocab_json)
-            if note:
-                log(note)
-    checked.reached()  # every process: nothing was changed before this point
-    found = []  # (round, states) of each resumed member's newest intact checkpoint
-    for m in cs:
-        out = Path(m.out)
-        if m.resume:
-            found.append(newest_verified(_manager(out), population.member(state, len(found)),
-                                         population.member(client_states, len(found)), log))
-            if found[-1] is None:
-                raise CheckpointError(f"--resume: no checkpoint in {out / 'checkpoints'} "
-                                      f"restores intact (moved to corrupt-checkpoints/); start "
-                                      f"afresh with --overwrite")
-            for name in ("report.json", "report.md", "test_hits.json"):  # rewritten at the end
-                rundir.remove_file(out / name)
-        elif m.overwrite and rundir.run_files(out):  # the new inputs are all checked
-            rundir.remove_run(out)
-            log(f"--overwrite: removed the earlier run in {out}")
-        out.mkdir(parents=True, exist_ok=True)
-    processes.barrier("run folders prepared")  # process 0 removed what it had to
-    start = min((step for step, _ in found), default=0)
-    if start:  # every member from the newest round all of them hold intact
-        restored = []
-        for i, (step, states) in enumerate(found):
-            ck = _manager(Path(cs[i].out))
-            restored.append(states if step == start else restore_checkpoint(
-                ck, start, population.member(state, i), population.member(client_states, i)))
-            for later in ck.all_steps():  # rounds past the common one are trained again
-                if later > start:
-                    ck.delete(later)
-            ck.close()
-        state, client_states = population.stack(restored)
-        log(f"resumed from {', '.join(str(Path(m.out) / 'checkpoints') for m in cs)} at "
-            f"round {start}")
-    for m in cs:
-        path = Path(m.out) / "metrics.jsonl"
-        history = rundir.read_metrics(path, start, log)
-        rundir.write_text(path, "".join(json.dumps(r) + "\n" for r in history))
-        rundir.write_text(Path(m.out) / "config.json", json.dumps(dataclasses.asdict(
-            dataclasses.replace(m, label_names=p.scene.label_names)), indent=2))  # classes
-        rundir.write_text(Path(m.out) / "vocab.json", vocab_json)
-        rundir.write_text(Path(m.out) / "fingerprint.json", json.dumps(data_print, indent=2))
-    return start, state, client_states
-
-
 def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
                   client_states: Any, log: Callable[[str], None], index: Path | None,
                   grid: Sequence[str], mesh: jax.sharding.Mesh) -> list[dict[str, Any] | None]:
@@ -319,7 +252,7 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
            [lambda line, name=Path(m.out).name: log(f"[{name}] {line}") for m in cs])
     central = setups[0].algorithm.central
     metrics_paths = [Path(m.out) / "metrics.jsonl" for m in cs]
-    ckpts = [_manager(Path(m.out)) for m in cs]
+    ckpts = [folders.manager(Path(m.out)) for m in cs]
     status = ["running"] * size
     trackers = [Tracker(m, index) for m in cs]  # W&B: a population's members are grouped
     if index is not None:
@@ -436,12 +369,6 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
     if index is not None:
         members.write_index(index, cs, status, grid)
     return reports
-
-
-def _manager(out: Path) -> ocp.CheckpointManager:
-    """The checkpoints of run folder ``out``: one per round, the last two kept."""
-    return ocp.CheckpointManager(out.resolve() / "checkpoints", options=ocp.
-                                 CheckpointManagerOptions(max_to_keep=2, create=True))
 
 
 def _quiet(line: str) -> None:
