@@ -19,10 +19,6 @@
 #               KTEPS and FedDyn (client state); with $FDU_DIR, three real FDU rounds at d 50
 #               ($GLOVE's vectors, else random) and d 200; packed into $OUT/more.tar.gz
 #               A short lease: `smoke headline` in one call, `more` in the next (STAGE_S=280)
-#   essentials  the figures that matter most, for a short lease (one call of ~6 minutes):
-#               the device, then at d 200 in float32 the vmapped round against the one-client
-#               jit loop and PyTorch's cuDNN loop (the headline ratio), the profile's top
-#               operations, and FedAvg at d 50 against PyTorch
 # TINY=1 appends tiny shapes to every command: a dry run of any stage on a CPU in minutes.
 # A stage's commands share a budget of $STAGE_S seconds (default 540; a command gets what is
 # left of it under `timeout`), so one call of at most 10 minutes can run a single stage:
@@ -144,15 +140,7 @@ except ImportError:
         echo "== fdu: skipped (no FDU_DIR)"
       fi
       pack more ;;
-    essentials)
-      run devices "$PY" -c "import jax; print('jax', jax.__version__, jax.devices())"
-      run essential_speed_d200 "$PY" benchmarks/round_speed.py --dtype float32 \
-          --json "$OUT/essential_speed_d200.json"
-      run essential_profile_d200 "$PY" benchmarks/profile_round.py \
-          --trace-dir "$OUT/trace_d200" --json "$OUT/profile_d200.json"
-      run essential_speed_d50 "$PY" benchmarks/round_speed.py --embed-dim 50 --no-loop \
-          --json "$OUT/essential_speed_d50.json" ;;
-    *) echo "unknown stage $stage (devices speed profile population scale fdu lease essentials)"
+    *) echo "unknown stage $stage (devices speed profile population scale fdu smoke headline more)"
        exit 2 ;;
   esac
 done
