@@ -74,8 +74,9 @@ def count(tree: Any, table_rows: dict[str, int]) -> tuple[int, int]:
     """``(floats, bytes)`` of a params-like tree (arrays or shape structs).
 
     A word-embedding table (a leaf whose path ends with a ``/``-split key of ``table_rows``,
-    also inside an algorithm's state or message) counts ``table_rows[path]`` rows: a ``[R, d]`` leaf ``rows x d``. A message leaf that says what it
-    sends, ``leaf.wire(rows) -> [(elements, dtype)]`` (KTEPS*'s
+    also inside an algorithm's state or message) counts ``table_rows[path]`` rows: a
+    ``[R, d]`` leaf ``rows x d``. A message leaf that says what it sends,
+    ``leaf.wire(rows) -> [(elements, dtype)]`` (KTEPS*'s
     :class:`~fedjax_sc.algorithms.compression.Compressed`: ``rows x m + d x m``), counts that.
     Every other leaf counts its size.
     """
@@ -153,8 +154,8 @@ def account(algorithm: Algorithm, state: ServerState, clients: ClientData,
 def hooks_traffic(algorithm: Algorithm, state: ServerState, shared: Any, tables: list[str],
                   width: int | None, client_states: ClientStates | None) -> tuple[Any, Any]:
     """Shapes of the server's algorithm state as a client downloads it and of a client's
-    ``client_end`` message, as far as the hooks send them (``()`` for none); ``width``: the clients' row count with local
-    vocabularies (None: whole tables)."""
+    ``client_end`` message, as far as the hooks send them (``()`` for none); ``width``: the
+    clients' row count with local vocabularies (None: whole tables)."""
     hooks = algorithm.hooks
     paths = [tuple(t.split("/")) for t in tables]
     if width is None:

@@ -174,13 +174,15 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
                   ) -> list[dict[str, Any] | None]:
     """:func:`train_population` once the members' folders are locked; ``checked`` is reached
     once every check passed, before any file is changed; ``mesh`` is the population's.
-    Three stages: :func:`_prepare` (scene, states, every check), :func:`fedjax_sc.run.folders.prepare`
+    Three stages: :func:`_prepare` (scene, states, every check),
+    :func:`fedjax_sc.run.folders.prepare`
     (resume or start afresh), :func:`_train_rounds` (the rounds, then each member's
     finish)."""
     for m in cs:
         rundir.check_out_dir(Path(m.out), m)
     p = _prepare(cs, log, checked, mesh)
-    start, state, client_states = folders.prepare(cs, p.scene, p.files, p.state, p.client_states, checked, log)
+    start, state, client_states = folders.prepare(cs, p.scene, p.files, p.state,
+                                                  p.client_states, checked, log)
     return _train_rounds(cs, p, start, state, client_states, log, index, grid, mesh)
 
 
