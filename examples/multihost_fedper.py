@@ -61,7 +61,7 @@ from fedjax_sc.data.client_data import host_client_data  # noqa: E402
 scene = fsc.synthetic_scene(num_clients=args.clients, train_per_client=6, test_per_client=2,
                             max_len=6)
 model = fsc.TextClassifier(vocab_size=len(scene.vocab), embed_dim=8, hidden=4, mlp_hidden=6)
-algorithm = fsc.fedper(model, learning_rate=0.1)
+algorithm = fsc.methods.fedper(model, learning_rate=0.1)
 state, clients = fsc.init_states(algorithm, fsc.init_params(model, jax.random.key(0)),
                                  args.clients)
 mesh = sharding.client_mesh()  # every device of every process

@@ -5,12 +5,14 @@ points down the layers, so that a reader can learn the house from the bottom up.
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import fedjax_sc
 
 ROOT = Path(fedjax_sc.__file__).parent
-LAYERS = {"streams": 0, "models": 1, "data": 1, "algorithms": 2, "core": 3, "run": 4}
+LAYERS = {"streams": 0, "models": 1, "data": 1, "algorithms": 2, "methods": 2, "core": 3,
+          "run": 4}
 """A package may import its own layer's modules and those of lower layers only."""
 
 
@@ -138,3 +140,23 @@ def test_run_reads_as_three_seams():
             assert used <= RUN_PLUMBING, (name, used - RUN_PLUMBING)
         elif name not in RUN_PAPER and name != "cli":
             assert not used & RUN_PAPER, (name, used & RUN_PAPER)
+
+
+def test_the_top_level_names_are_few_documented_and_every_algorithm_is_in_the_catalogue():
+    """``import fedjax_sc as fsc`` offers about thirty documented names; every algorithm
+    module's builder is in ``fsc.methods`` and listed in docs/algorithms.md."""
+    import pathlib
+
+    import fedjax_sc as fsc
+    assert len(fsc.__all__) <= 35
+    for name in fsc.__all__:
+        assert getattr(fsc, name).__doc__, name
+    catalogue = pathlib.Path(__file__).parents[1] / "docs" / "algorithms.md"
+    listed = catalogue.read_text()
+    for path in (ROOT / "algorithms").glob("*.py"):  # fedavg.py builds fedavg(), ...
+        module = importlib.import_module(f"fedjax_sc.algorithms.{path.stem}")
+        if callable(getattr(module, path.stem, None)):
+            assert path.stem in fsc.methods.__all__, path.stem
+    for name in fsc.methods.__all__:
+        assert getattr(fsc.methods, name).__doc__, name
+        assert f"`{name}" in listed or f"{name}(" in listed, name
