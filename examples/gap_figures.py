@@ -20,7 +20,7 @@ Prints, in points of accuracy (ours - paper):
   2.0, and the mean over cells of the seeds' standard deviation.
 
 Reads ``<results>/<scene>/table3/<method>-seed<S>/report.json`` as ``fedjax-sc results
-export`` writes them; the mechanism is ``fedjax_sc.run.gaps`` (the gap section of
+export`` writes them; the mechanism is ``fedjax_sc.run.paper.gaps`` (the gap section of
 ``table3.md``), this script only slices it.
 """
 
@@ -32,9 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fedjax_sc.run import gaps, rundir
-from fedjax_sc.run.results import exported_runs
-from fedjax_sc.run.table_plan import TABLE23_METHODS, client_metric
+from fedjax_sc.run import rundir
+from fedjax_sc.run.paper import gaps
+from fedjax_sc.run.paper.results import exported_runs
+from fedjax_sc.run.paper.table_plan import TABLE23_METHODS, client_metric
 
 
 def _reports(results: str, scene: str) -> dict[str, list[dict]]:

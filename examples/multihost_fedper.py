@@ -38,7 +38,7 @@ p.add_argument("--sampled", type=int, default=8)
 p.add_argument("--rounds", type=int, default=2)
 args = p.parse_args()
 if args.local_devices:  # simulated CPU devices; must be set before JAX starts (other flags kept)
-    from fedjax_sc.run.processes import cpu_device_flags
+    from fedjax_sc.run.plumbing.processes import cpu_device_flags
     os.environ["XLA_FLAGS"] = cpu_device_flags(args.local_devices)
     os.environ["JAX_PLATFORMS"] = "cpu"
 

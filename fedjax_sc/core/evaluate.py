@@ -148,7 +148,7 @@ def make_example_hits(scores: Scores | nn.Module, batch_size: int = 200,
     """Builds ``hits(params, data) -> bool [num_clients, max_examples]``: True where client
     k's test example i is classified correctly (False at padding, ``data.mask`` False), the
     per-example record behind Ag^k (Li et al. 2021, Eq. 14) that paired comparisons of two
-    models on the same test examples need (:mod:`fedjax_sc.run.compare`).
+    models on the same test examples need (:mod:`fedjax_sc.run.paper.compare`).
 
     Arguments and errors as :func:`make_evaluate`; a dict ``{mode: [K, n]}`` when ``scores``
     returns a dict. ``hits.sum(1) / data.counts`` is :func:`make_evaluate`'s accuracy.

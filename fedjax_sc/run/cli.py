@@ -9,9 +9,10 @@ import os
 import sys
 from pathlib import Path
 
-from fedjax_sc.run import config, processes
+from fedjax_sc.run import config
 from fedjax_sc.run.options import default as _d
 from fedjax_sc.run.options import train_arguments
+from fedjax_sc.run.plumbing import processes
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -27,7 +28,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from fedjax_sc.run.table_plan import TABLE7_D1, TABLE7_FRACTIONS, TABLES
+    from fedjax_sc.run.paper.table_plan import TABLE7_D1, TABLE7_FRACTIONS, TABLES
     p = argparse.ArgumentParser(prog="fedjax-sc", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     presets = "; ".join(f"{s}: {v}" for s, v in config.SCENE_DEFAULTS.items())
@@ -187,7 +188,7 @@ def _reproduce(args: dict) -> None:
     import os
     from pathlib import Path
 
-    from fedjax_sc.run.reproduce import FULL_SEEDS, QUICK, reproduce
+    from fedjax_sc.run.paper.reproduce import FULL_SEEDS, QUICK, reproduce
     from fedjax_sc.run.train import TrainConfig
     table, quick, plots = args.pop("table"), args.pop("quick"), args.pop("plots")
     methods, d1s, fractions = args.pop("methods"), args.pop("d1"), args.pop("d2_fraction")
@@ -262,18 +263,18 @@ def main(argv: list[str] | None = None) -> int:
         elif command == "reproduce":
             _reproduce(args)
         elif command == "results":
-            from fedjax_sc.run import results
+            from fedjax_sc.run.paper import results
             if args["action"] == "hits":
                 if not args["runs"]:
                     raise ValueError("results hits: name the run folders (RUN [RUN ...])")
-                from fedjax_sc.run.compare import write_run_hits
+                from fedjax_sc.run.paper.compare import write_run_hits
                 for run in args["runs"]:
                     print(f"{run}: wrote {write_run_hits(run)}")
                 return 0
             if args["csv"]:
                 if args["action"] != "export" or not args["runs"]:
                     raise ValueError("--csv: write results export RUN [RUN ...] --csv FILE")
-                from fedjax_sc.run.tidy_csv import metrics_csv
+                from fedjax_sc.run.paper.tidy_csv import metrics_csv
                 rows = metrics_csv(args["runs"], args["csv"])
                 print(f"{rows} rows from {len(args['runs'])} run(s) -> {args['csv']}")
                 return 0
@@ -290,10 +291,10 @@ def main(argv: list[str] | None = None) -> int:
                                                       args["first_seed"] + args["seeds"]))
             print(results.render(args["dest"], args["scene"], args["table"], args["plots"]))
         elif command == "compare":
-            from fedjax_sc.run.compare import compare
+            from fedjax_sc.run.paper.compare import compare
             compare(**args)
         elif command == "probe":
-            from fedjax_sc.run.probe import probe
+            from fedjax_sc.run.paper.probe import probe
             probe(args["out"], args["client"], args["word"], bands=args["band"],
                   sigma=args["sigma"], ks=args["top_k"])
     except KeyboardInterrupt:  # Ctrl-C: one line, what is saved and how to go on

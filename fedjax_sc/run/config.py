@@ -33,7 +33,7 @@ from fedjax_sc.algorithms.noise import PAPER_SIGMA
 from fedjax_sc.core import participation, personalize
 from fedjax_sc.data import flwr_partition, partition, scenes
 from fedjax_sc.run import registry, table_scene
-from fedjax_sc.run.flags import flag
+from fedjax_sc.run.plumbing.flags import flag
 from fedjax_sc.run.registry import ALGORITHMS
 
 SCENE_DEFAULTS: dict[str, dict[str, float | int]] = {
@@ -193,9 +193,9 @@ class TrainConfig:
       local_vocab: train only each client's local-vocabulary rows (exact; paper Remark 3).
       synthetic_clients / synthetic_train / synthetic_test: synthetic scene sizes.
       tensorboard: also write the metrics as TensorBoard event files in
-        ``out/tensorboard/`` (:mod:`fedjax_sc.run.tracking`; needs tensorboardX).
+        ``out/tensorboard/`` (:mod:`fedjax_sc.run.plumbing.tracking`; needs tensorboardX).
       wandb: also log the metrics, this configuration and the final Ag/Ap to a Weights &
-        Biases run whose files are in ``out/wandb/`` (:mod:`fedjax_sc.run.tracking`).
+        Biases run whose files are in ``out/wandb/`` (:mod:`fedjax_sc.run.plumbing.tracking`).
       wandb_project: the W&B project.
       wandb_mode: ``offline`` (the run stays in ``out/wandb/`` until ``wandb sync``) or
         ``online``; offline unless asked, so that a simulation sends nothing anywhere.

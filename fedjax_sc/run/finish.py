@@ -22,9 +22,9 @@ from fedjax_sc.core import communication, personalize
 from fedjax_sc.core.evaluate import accuracy_list, mean_accuracy
 from fedjax_sc.run import hits, loading, rundir
 from fedjax_sc.run.config import TrainConfig
+from fedjax_sc.run.plumbing.tracking import Tracker
 from fedjax_sc.run.report import dp_report, environment, format_table, make_report
 from fedjax_sc.run.setup import Setup, global_params, tested_files
-from fedjax_sc.run.tracking import Tracker
 
 
 def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, train_data,

@@ -16,8 +16,9 @@ import orbax.checkpoint as ocp
 
 from fedjax_sc.core import population
 from fedjax_sc.data import scenes
-from fedjax_sc.run import loading, processes, rundir
+from fedjax_sc.run import loading, rundir
 from fedjax_sc.run.config import TrainConfig
+from fedjax_sc.run.plumbing import processes
 from fedjax_sc.run.setup import CheckpointError, newest_verified, restore_checkpoint
 
 

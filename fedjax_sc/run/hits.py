@@ -1,6 +1,6 @@
 """A run's per-example test record, ``test_hits.json``: which test reviews its final models
 classify correctly, so that two runs can be compared on the same reviews
-(:mod:`fedjax_sc.run.compare`) from the run folder's small files alone, long after its
+(:mod:`fedjax_sc.run.paper.compare`) from the run folder's small files alone, long after its
 checkpoints are gone.
 
 Ag^k (Li et al. 2021, "Preliminary Steps Towards Federated Sentiment Classification",
@@ -38,7 +38,8 @@ import jax
 import numpy as np
 
 from fedjax_sc.core.evaluate import make_example_hits, make_personal_evaluate
-from fedjax_sc.run import loading, processes, rundir
+from fedjax_sc.run import loading, rundir
+from fedjax_sc.run.plumbing import processes
 
 FILE = "test_hits.json"
 """The record's name in a run folder."""

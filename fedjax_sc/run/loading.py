@@ -8,7 +8,7 @@ its blocks (its *share*, :attr:`fedjax_sc.data.scenes.Scene.share`): the ``fdu``
 only its domains' files; ``table`` with ``--client-column`` reads the file and keeps only its
 clients' rows. Each process counts its clients' training words; the counts, the largest
 client of each split and (fdu) the digests of its files are exchanged
-(:func:`fedjax_sc.run.processes.allgather_json`), so every process builds the vocabulary and
+(:func:`fedjax_sc.run.plumbing.processes.allgather_json`), so every process builds the vocabulary and
 the padded shapes of the whole scene, byte for byte those of one process, and the run
 folder's fingerprint is the same. The evaluation (Ag, personalised accuracy) and the Ap phase
 run in each process on its share, and the per-client results are gathered
@@ -39,8 +39,9 @@ from fedjax_sc.data import partition, scenes
 from fedjax_sc.data.client_data import ClientData, host_client_data
 from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu, read_iyy
 from fedjax_sc.data.vocab import PAD, Vocabulary, count_tokens, merge_counts
-from fedjax_sc.run import processes, rundir, table_scene
+from fedjax_sc.run import rundir, table_scene
 from fedjax_sc.run.config import NUM_CLASSES, TrainConfig
+from fedjax_sc.run.plumbing import processes
 
 
 def load_scene(c: TrainConfig) -> scenes.Scene:
@@ -276,7 +277,7 @@ def rows(tree: Any, scene: scenes.Scene) -> Any:
 def communication_summary(algorithm, state, client_states, train: ClientData,
                           scene: scenes.Scene, checked: processes.Agreement) -> dict[str, Any]:
     """:meth:`~fedjax_sc.core.communication.Communication.summary` of every client, from each
-    process's share (:func:`gather_clients`, after :meth:`~fedjax_sc.run.processes.
+    process's share (:func:`gather_clients`, after :meth:`~fedjax_sc.run.plumbing.processes.
     Agreement.step`)."""
     figures = communication.account(algorithm, state, train, client_states=client_states)
     if scene.share is not None:

@@ -203,7 +203,7 @@ def fitting(c: TrainConfig) -> int:
     """The default population size: as many members as half the free memory holds by
     :func:`member_bytes` (at least 1). With several processes, the least free memory of any
     of them (an all-gather: every process must call it), so that all form the same groups."""
-    from fedjax_sc.run import processes
+    from fedjax_sc.run.plumbing import processes
     free = free_bytes()
     if processes.several():
         from jax.experimental import multihost_utils

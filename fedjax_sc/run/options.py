@@ -7,8 +7,8 @@ import argparse
 
 from fedjax_sc.data.partition import PARTITIONS
 from fedjax_sc.run.config import DTYPES, SCENES, TrainConfig
-from fedjax_sc.run.flags import flag
 from fedjax_sc.run.members import GRID_NAMES
+from fedjax_sc.run.plumbing.flags import flag
 from fedjax_sc.run.registry import ALGORITHMS, OPTIONS, config_field, known
 
 

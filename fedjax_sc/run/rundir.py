@@ -9,7 +9,7 @@ written with the run; ``--resume`` on other data or another vocabulary is refuse
 naming what changed.
 
 In a run of several processes, process 0 alone writes, removes and locks
-(:func:`~fedjax_sc.run.processes.primary`): :func:`write_text`, :func:`append_text`,
+(:func:`~fedjax_sc.run.plumbing.processes.primary`): :func:`write_text`, :func:`append_text`,
 :func:`remove_file`, :func:`remove_run` and :func:`locked` do nothing in the other processes,
 which read the folder (it must be on a file system every process sees).
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fedjax_sc.run.config import TrainConfig, config_diff
-from fedjax_sc.run.processes import primary
+from fedjax_sc.run.plumbing.processes import primary
 
 LOCK = ".fedjax-sc.lock"
 """The lock file of a run folder (:func:`locked`), held while a process trains in it."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fedjax_sc.run.flags import flag
+from fedjax_sc.run.plumbing.flags import flag
 
 FIELDS = ("data", "test_data", "text_column", "label_column", "client_column", "split_column",
           "test_fraction", "label_names")

@@ -15,7 +15,7 @@ Scale: ``partition`` re-splits the scene's pooled domains into ``num_clients`` c
 host, sampled rows are gathered and scattered back); every round runs on a ``members x
 clients`` mesh of all devices (:mod:`fedjax_sc.core.sharding`; ``1 x D`` for one run);
 ``server_opt`` adds a FedOpt server
-(:mod:`fedjax_sc.algorithms.fedopt`). Several processes (:mod:`fedjax_sc.run.processes`) train
+(:mod:`fedjax_sc.algorithms.fedopt`). Several processes (:mod:`fedjax_sc.run.plumbing.processes`) train
 one run together: every process runs this loop, process 0 writes the folder; each loads only
 its own clients where it can (:mod:`fedjax_sc.run.loading`).
 """
@@ -41,7 +41,7 @@ from fedjax_sc.core.evaluate import make_evaluate, make_personal_evaluate
 from fedjax_sc.core.feed import PopulationFeed
 from fedjax_sc.core.round import build_round
 from fedjax_sc.data.client_data import client_data
-from fedjax_sc.run import folders, loading, members, processes, rundir
+from fedjax_sc.run import folders, loading, members, rundir
 from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configuration)
     DTYPES,
     EMBEDDINGS,
@@ -52,6 +52,8 @@ from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configu
 )
 from fedjax_sc.run.finish import finish
 from fedjax_sc.run.loading import corpus_files, load_scene  # noqa: F401 (re-exported)
+from fedjax_sc.run.plumbing import processes
+from fedjax_sc.run.plumbing.tracking import Tracker, require
 from fedjax_sc.run.registry import ALGORITHMS, build_algorithm  # noqa: F401
 from fedjax_sc.run.report import round_row
 from fedjax_sc.run.setup import (  # noqa: F401 (re-exported: a run's states)
@@ -65,7 +67,6 @@ from fedjax_sc.run.setup import (  # noqa: F401 (re-exported: a run's states)
     restore_checkpoint,
     save_checkpoint,
 )
-from fedjax_sc.run.tracking import Tracker, require
 
 
 class NonFiniteUpdateError(RuntimeError):
@@ -119,7 +120,7 @@ def train_population(configs: Sequence[TrainConfig], log: Callable[[str], None] 
         is the number of devices); None: chosen by :func:`~fedjax_sc.core.sharding.mesh_shape`
         (``1 x D``, the 1-D client mesh, for one member). The figures do not depend on it.
 
-    Several processes (:mod:`fedjax_sc.run.processes`): every process calls this with the
+    Several processes (:mod:`fedjax_sc.run.plumbing.processes`): every process calls this with the
     same arguments; process 0 locks and writes the folders and logs, and a check that fails
     in any process before training stops every process.
 

@@ -52,7 +52,7 @@ CHILD = textwrap.dedent("""
 
 
 def test_sharded_round_matches_one_device():
-    from fedjax_sc.run.processes import cpu_device_flags
+    from fedjax_sc.run.plumbing.processes import cpu_device_flags
     # the conftest's compile flags are kept; only the device count is set
     env = {**os.environ, "XLA_FLAGS": cpu_device_flags(8), "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,

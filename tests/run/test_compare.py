@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedjax_sc.run import cli
-from fedjax_sc.run.compare import compare
+from fedjax_sc.run.paper.compare import compare
 from fedjax_sc.run.train import TrainConfig, train
 
 TINY = dict(scene="synthetic", synthetic_clients=3, synthetic_train=12, synthetic_test=9,

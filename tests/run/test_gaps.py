@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from fedjax_sc.run import gaps, paper
+from fedjax_sc.run.paper import gaps
+from fedjax_sc.run.paper import tables as paper
 
 CLIENTS = [c for c in paper.TABLE2["fdu"]["fedavg"] if c != "Avg"]
 

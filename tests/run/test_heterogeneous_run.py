@@ -6,7 +6,8 @@ import json
 import chex
 import pytest
 
-from fedjax_sc.run import cli, tidy_csv
+from fedjax_sc.run import cli
+from fedjax_sc.run.paper import tidy_csv
 from fedjax_sc.run.train import TrainConfig, train
 
 TINY = dict(scene="synthetic", synthetic_clients=3, synthetic_train=12, synthetic_test=6,

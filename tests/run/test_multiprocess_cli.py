@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from fedjax_sc.run import cli, processes
+from fedjax_sc.run import cli
+from fedjax_sc.run.plumbing import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENE = ("--scene synthetic --synthetic-clients 4 --synthetic-train 16 --synthetic-test 8 "

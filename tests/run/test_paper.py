@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from fedjax_sc.run.paper import TABLE2, TABLE3, TABLE4, TABLE5, TABLE6, TABLE7, TABLE8, paper_value
+from fedjax_sc.run.paper.tables import (
+    TABLE2,
+    TABLE3,
+    TABLE4,
+    TABLE5,
+    TABLE6,
+    TABLE7,
+    TABLE8,
+    paper_value,
+)
 
 FDU = ["apparel", "baby", "books", "camera_photo", "dvd", "electronics", "health_personal_care",
        "kitchen_housewares", "magazines", "music", "software", "sports_outdoors", "toys_games",

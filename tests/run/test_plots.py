@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fedjax_sc.run import plots
-from fedjax_sc.run.paper import TABLE3
+from fedjax_sc.run.paper import plots
+from fedjax_sc.run.paper.tables import TABLE3
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -154,8 +154,8 @@ def test_convergence_figure_with_seeds(kteps_run, fedper_run, tmp_path):
 def test_grid_heatmap_reads_a_grid_tables_cells(tmp_path):
     """Table 4's plan as heatmaps: a finished cell is ours in percent, one not run is blank
     (None), the paper's figures sit beside."""
-    from fedjax_sc.run.results import grid_values
-    from fedjax_sc.run.table_plan import plan
+    from fedjax_sc.run.paper.results import grid_values
+    from fedjax_sc.run.paper.table_plan import plan
     _, cells = plan("table4", "fdu", 50)
     reports = {("kteps", 0): {"Ag": 0.851, "Ap": 0.856}}
     ours, paper = grid_values(cells, reports, [0])

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from fedjax_sc.run import paper
 from fedjax_sc.run.cli import main
-from fedjax_sc.run.reproduce import format_table, run_dir
-from fedjax_sc.run.table_plan import TABLE23_METHODS, TABLES, plan
+from fedjax_sc.run.paper import tables as paper
+from fedjax_sc.run.paper.reproduce import format_table, run_dir
+from fedjax_sc.run.paper.table_plan import TABLE23_METHODS, TABLES, plan
 from fedjax_sc.run.train import TrainConfig
 
 
@@ -53,7 +53,7 @@ def test_table2_uses_personal_accuracy_without_a_global_model_and_formats_mean_s
 
 def test_reproduce_runs_once_reuses_training_for_ap_variants_and_skips_when_done(
         tmp_path, capsys, monkeypatch):
-    from fedjax_sc.run import reproduce as lib
+    from fedjax_sc.run.paper import reproduce as lib
     full_plan = lib.plan
 
     def kteps_only(table, scene, embed_dim, *grid):  # Table 5: KTEPS, mu 0.01 and 1 only

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from fedjax_sc.run.cli import main
-from fedjax_sc.run.reproduce import run_dir
+from fedjax_sc.run.paper.reproduce import run_dir
 
 TINY = ["--scene", "synthetic", "--synthetic-clients", "2", "--synthetic-train", "16",
         "--synthetic-test", "8", "--max-len", "8", "--embed-dim", "8", "--hidden", "4",
@@ -139,7 +139,7 @@ def test_later_seeds_train_and_export_alone_beside_an_exported_seed_0(tmp_path, 
     assert "seeds 0, 1" in out
     assert "| fedavg, seed 0 | " in out and "| fedavg, seed 1 | " in out  # Ag by round
     # the figure averages a method's finished seeds, as the cells do
-    from fedjax_sc.run import plots
+    from fedjax_sc.run.paper import plots
     drawn = []
     monkeypatch.setattr(plots, "convergence_figure",
                         lambda runs, path, title: drawn.append((runs, title)) or Path(path))

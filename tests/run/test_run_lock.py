@@ -159,7 +159,7 @@ def test_bad_options_fail_before_training_and_before_an_overwrite_deletes(tmp_pa
 
 
 def test_a_probed_word_never_names_a_path_outside_the_run_folder():
-    from fedjax_sc.run.probe import _safe
+    from fedjax_sc.run.paper.probe import _safe
     assert _safe("../../etc/passwd") == ".._.._etc_passwd"
     assert _safe("a/b\\c d") == "a_b_c_d" and _safe("..") == "_" and _safe("café") == "caf_"
     assert _safe("good-film_2.0") == "good-film_2.0"

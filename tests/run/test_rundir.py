@@ -243,7 +243,7 @@ def test_the_same_data_folder_spelt_another_way_resumes(tmp_path, monkeypatch):
 
 
 def test_compare_and_probe_refuse_data_that_changed_since_training(tmp_path):
-    from fedjax_sc.run.compare import compare
+    from fedjax_sc.run.paper.compare import compare
     data, other = write_fdu(tmp_path / "data"), write_fdu(tmp_path / "other")
     text = (other / "MR.task.test").read_text()
     (other / "MR.task.test").write_text(text.replace("0\t", "1\t", 1))  # other test labels

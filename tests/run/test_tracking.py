@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fedjax_sc.run import cli, tracking
+from fedjax_sc.run import cli
+from fedjax_sc.run.plumbing import tracking
 
 TINY = dict(scene="synthetic", synthetic_clients=2, synthetic_train=12, synthetic_test=6,
             max_len=8, embed_dim=6, hidden=3, mlp_hidden=4, batch_size=4, local_epochs=1,

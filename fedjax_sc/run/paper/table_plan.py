@@ -1,7 +1,7 @@
 """What each of the paper's tables needs (Li et al. 2021, Sec. 5.4-5.6, Tables 2-8): the runs
 (:class:`Run`: a name and the ``TrainConfig`` settings it sets) and the cells (:class:`Cell`:
 which run, the figure read from its report, the paper's value), for ``fedjax-sc reproduce``
-(:mod:`fedjax_sc.run.reproduce`, which trains them) and ``fedjax-sc results`` (which renders
+(:mod:`fedjax_sc.run.paper.reproduce`, which trains them) and ``fedjax-sc results`` (which renders
 them from ``results/``).
 """
 
@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fedjax_sc.algorithms.kteps_star import default_band
-from fedjax_sc.run import paper
+from fedjax_sc.run.paper import tables as paper
 
 TABLES = ("table2", "table3", "table4", "table5", "table6", "table7", "table8")
 TABLE23_METHODS = {

@@ -215,7 +215,7 @@ class Tracker:
     """
 
     def __init__(self, config: Any, population: Path | None = None):
-        from fedjax_sc.run.processes import primary
+        from fedjax_sc.run.plumbing.processes import primary
         self.backends: list[Any] = []
         if not primary():  # several processes: process 0 alone tracks the run
             return

@@ -2,7 +2,7 @@
 tables and figures regenerated from them alone, without retraining.
 
 ``fedjax-sc results export`` copies, for each run of a table in a results store
-(:func:`fedjax_sc.run.reproduce.run_dir`), its ``config.json``, ``metrics.jsonl`` and, once
+(:func:`fedjax_sc.run.paper.reproduce.run_dir`), its ``config.json``, ``metrics.jsonl`` and, once
 the run has finished, ``report.json`` and ``report.md`` into
 ``<dest>/<scene>/<table>/<run>-seed<s>/`` -- never checkpoints. Unfinished runs are exported
 too (the rounds done so far), so progress can be committed while a run goes on.
@@ -10,7 +10,7 @@ too (the rounds done so far), so progress can be committed while a run goes on.
 ``fedjax-sc results render`` reads such a folder and writes ``<dest>/<scene>/<table>.md``:
 ours beside the paper's figures per client and on average (Tables 2-3: Ag, the paper's
 Table 2, and Ap, its Table 3, from the same runs, and the gaps summarised by
-:mod:`fedjax_sc.run.gaps`; ``--table table2`` gives the Ag half, from Table 3's exports when
+:mod:`fedjax_sc.run.paper.gaps`; ``--table table2`` gives the Ag half, from Table 3's exports when
 Table 2 has none of its own), the Ag curve every 10 rounds with the seconds per round, and
 ``<table>-convergence.png`` (Fig. 4: Ag per round, then Ap_t).
 """
@@ -25,10 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_sc.run import gaps, paper, rundir
+from fedjax_sc.run import rundir
 from fedjax_sc.run.config import config_from_json
-from fedjax_sc.run.reproduce import format_table, run_dir, seeds_label
-from fedjax_sc.run.table_plan import TABLE23_METHODS, TABLES, client_metric, plan
+from fedjax_sc.run.paper import gaps
+from fedjax_sc.run.paper import tables as paper
+from fedjax_sc.run.paper.reproduce import format_table, run_dir, seeds_label
+from fedjax_sc.run.paper.table_plan import TABLE23_METHODS, TABLES, client_metric, plan
 
 SMALL_FILES = ("config.json", "metrics.jsonl", "report.json", "report.md", "test_hits.json")
 """What a run keeps in the repository (no checkpoints, no vocabulary)."""
@@ -156,7 +158,7 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
         text += f"\n![Ag per round, then Ap_t]({lender}-convergence.png)\n"
     elif plots:
         try:
-            from fedjax_sc.run import plots as plots_lib
+            from fedjax_sc.run.paper import plots as plots_lib
             png = plots_lib.convergence_figure(
                 _figure_runs(order, seeds, runs, reports),
                 dest / scene / f"{table}-convergence.png",
@@ -172,7 +174,7 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
 def grid_values(cells: dict, reports: dict, seeds: Sequence[int]
                 ) -> tuple[dict[str, dict[str, dict[str, float | None]]],
                            dict[str, dict[str, dict[str, float | None]]]]:
-    """A grid table's cells (:func:`fedjax_sc.run.table_plan.plan`, columns named ``"<metric>
+    """A grid table's cells (:func:`fedjax_sc.run.paper.table_plan.plan`, columns named ``"<metric>
     <setting>"``) as ``(ours, paper)``, each ``{metric: {row: {setting: percent}}}``: ours the
     mean over ``seeds`` where every seed has a report, else None."""
     ours: dict = {}
@@ -193,7 +195,7 @@ def _heatmap(table: str, scene: str, cells: dict, reports: dict, seeds: Sequence
              dest: Path) -> str:
     """The grid's heatmap beside the paper's (``<table>-heatmap.png``), as a Markdown line."""
     try:
-        from fedjax_sc.run import plots as plots_lib
+        from fedjax_sc.run.paper import plots as plots_lib
     except ModuleNotFoundError as e:
         return f"Heatmap skipped: {e}"
     ours, paper = grid_values(cells, reports, seeds)

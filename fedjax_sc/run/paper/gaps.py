@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_sc.run import paper
-from fedjax_sc.run.table_plan import client_metric
+from fedjax_sc.run.paper import tables as paper
+from fedjax_sc.run.paper.table_plan import client_metric
 
 THRESHOLD = 2.0
 """Points of accuracy above which a gap is counted (and, in docs/results.md, explained)."""

@@ -1,6 +1,6 @@
 """Figures of finished runs: the convergence curves of Fig. 4 (Li et al. 2021; Ag per
 aggregation round, then Ap_t per personalisation step) and per-client bar charts in the style
-of Tables 2-3, optionally with the paper's figures (:mod:`fedjax_sc.run.paper`) marked.
+of Tables 2-3, optionally with the paper's figures (:mod:`fedjax_sc.run.paper.tables`) marked.
 
 matplotlib is optional (``pip install 'fedjax_sc[plots]'``) and imported on first use; figures
 are drawn on an Agg canvas, without pyplot, so no global backend is switched.
@@ -307,7 +307,7 @@ def _save(fig: Any, ax: Any, path: str | Path, title: str | None) -> Path:
 
 def _write(fig: Any, path: str | Path) -> Path:
     """Writes the figure to ``path`` (process 0 of several; the others only return it)."""
-    from fedjax_sc.run.processes import primary
+    from fedjax_sc.run.plumbing.processes import primary
     path = Path(path)
     if primary():
         path.parent.mkdir(parents=True, exist_ok=True)

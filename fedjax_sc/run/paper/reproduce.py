@@ -14,7 +14,7 @@ the run names :func:`plan` gives); the table still shows every other run the sto
 holds finished, and ``not run`` for the rest.
 
 The table (Markdown, ``<out>/<scene>/<table>.md``) holds our mean +- std over the seeds (in
-percent) next to the paper's number in parentheses (:mod:`fedjax_sc.run.paper`). Tables 2-3
+percent) next to the paper's number in parentheses (:mod:`fedjax_sc.run.paper.tables`). Tables 2-3
 also get a Fig. 4-style convergence plot and a per-client bar chart (PNG, with matplotlib,
 ``pip install 'fedjax_sc[plots]'``).
 
@@ -35,9 +35,8 @@ import numpy as np
 
 from fedjax_sc.algorithms.noise import PAPER_SIGMA
 from fedjax_sc.core import personalize
-from fedjax_sc.run import members, processes, rundir
-from fedjax_sc.run.registry import NO_UPLOAD
-from fedjax_sc.run.table_plan import (
+from fedjax_sc.run import members, rundir
+from fedjax_sc.run.paper.table_plan import (
     TABLE7_D1,
     TABLE7_FRACTIONS,
     TABLE23_METHODS,
@@ -46,6 +45,8 @@ from fedjax_sc.run.table_plan import (
     client_metric,
     plan,
 )
+from fedjax_sc.run.plumbing import processes
+from fedjax_sc.run.registry import NO_UPLOAD
 from fedjax_sc.run.train import TrainConfig, config_diff, train_population
 
 QUICK = {"rounds": 1, "ap_evals": 5, "seeds": 1}
@@ -106,7 +107,7 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
       population_size: the most runs trained as one population (None: as many as fit in
         memory, :func:`fedjax_sc.run.members.fitting`).
 
-    Several processes (:mod:`fedjax_sc.run.processes`): every process calls this with the
+    Several processes (:mod:`fedjax_sc.run.plumbing.processes`): every process calls this with the
     same arguments and trains every run with the others; process 0 writes the store and logs.
 
     Raises:
@@ -246,7 +247,7 @@ def seeds_label(seeds: Sequence[int]) -> str:
 
 def _figures(table, c, runs, cells, reports, seeds, out: Path) -> str:
     try:
-        from fedjax_sc.run import plots
+        from fedjax_sc.run.paper import plots
         seed = seeds[0]
         curves = {r.name: [run_dir(out, c.scene, r.name, s) for s in seeds] for r in runs}
         conv = plots.convergence_figure(
