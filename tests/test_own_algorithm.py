@@ -117,8 +117,9 @@ def test_the_communication_figures_count_what_the_hooks_send(example, scene, mod
     data = fsc.client_data(scene.train, local_vocab=True)
     fedavg = fsc.fedavg(model, LR, 0.9)
     figures = {}
+    feddyn = fsc.methods.dynamic_regularizer(fedavg, scene.num_clients)
     for name, algorithm in (("fedavg", fedavg), ("scaffold", example(fedavg, LR, 0.9, 4)),
-                            ("feddyn", fsc.methods.feddyn(fedavg, scene.num_clients))):
+                            ("feddyn", feddyn)):
         state, clients = fsc.init_states(algorithm, params, scene.num_clients)
         figures[name] = account(algorithm, state, data, client_states=clients)
     plain, scaffold, feddyn = figures["fedavg"], figures["scaffold"], figures["feddyn"]

@@ -104,8 +104,13 @@ def dp_sgd(algorithm: Algorithm, l2_norm_clip: float, noise_multiplier: float) -
       noise_multiplier: z, noise std z * C on the summed clipped gradient.
 
     Raises:
-      ValueError: see :func:`dp_gradient`.
+      ValueError: ``algorithm`` computes its own client gradient (Per-FedAvg's
+        meta-gradient, pFedMe's Moreau-envelope step), which DP-SGD would replace; or see
+        :func:`dp_gradient`.
     """
+    if algorithm.client_gradient is not None:
+        raise ValueError(f"DP-SGD replaces the client gradient, and {algorithm.name} "
+                         f"computes its own: the two do not compose")
     return algorithm._replace(client_gradient=dp_gradient(algorithm.leaf_rules, l2_norm_clip,
                                                           noise_multiplier))
 

@@ -8,6 +8,7 @@ import flax.linen as nn
 import jax
 
 from fedjax_sc.algorithms.base import GlobalPredict, Params, Predict
+from fedjax_sc.models.personal_copy import personal
 from fedjax_sc.models.private_shared import mode_probabilities
 
 
@@ -25,6 +26,16 @@ def single_branch(model: nn.Module) -> tuple[Predict, GlobalPredict]:
                                           method=model.global_logits), -1)
 
     return predict, global_predict
+
+
+def personal_predict(model: nn.Module) -> Predict:
+    """``predict`` of a :class:`~fedjax_sc.models.personal_copy.PersonalCopy` of ``model``:
+    the personalised model (:func:`~fedjax_sc.models.personal_copy.personal`), mode ``full``."""
+
+    def predict(params: Params, tokens: jax.Array):
+        return {"full": jax.nn.softmax(model.apply({"params": personal(params)}, tokens), -1)}
+
+    return predict
 
 
 def two_branch(model: nn.Module) -> tuple[Predict, GlobalPredict]:

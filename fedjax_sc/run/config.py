@@ -118,6 +118,15 @@ class TrainConfig:
       prox_mu: FedProx's mu (fedprox, fedprox_kc; FedProx's value for Sent140: 0.01).
       dyn_alpha: FedDyn's alpha (feddyn; the middle of its authors' grid: 0.01).
       moon_mu, moon_temperature: MOON's mu and tau (moon; its authors' code: 1 and 0.5).
+      scaffold_global_lr: SCAFFOLD's eta_g (scaffold; 1, the paper's).
+      ditto_lambda: Ditto's lambda (ditto; 1, the authors' run scripts).
+      rep_head_steps: FedRep's head steps per round (fedrep; 200, one FDU epoch).
+      perfedavg_alpha, perfedavg_variant: Per-FedAvg's inner step and variant (per_fedavg;
+        0.01 and first order).
+      apfl_alpha, apfl_alpha_lr: APFL's initial alpha and its step size (apfl; 0.5, the
+        authors' code, and None: the client LR).
+      pfedme_lambda, pfedme_k, pfedme_personal_lr, pfedme_beta: pFedMe's lambda, K inner
+        steps, personal LR and server beta (pfedme; the authors' code: 15, 5, 0.09, 1).
       mmd_weight: FedMMD's lambda (the two-stream code's MNIST value: 0.1).
       mmd_kernel: FedMMD's kernel, ``multi`` (19 summed Gaussian kernels, Yao et al.'s code)
         or ``median`` (one Gaussian, median-heuristic width).
@@ -241,6 +250,17 @@ class TrainConfig:
     dyn_alpha: float = registry.default("dyn_alpha")
     moon_mu: float = registry.default("moon_mu")
     moon_temperature: float = registry.default("moon_temperature")
+    scaffold_global_lr: float = registry.default("scaffold_global_lr")
+    ditto_lambda: float = registry.default("ditto_lambda")
+    rep_head_steps: int = registry.default("rep_head_steps")
+    perfedavg_alpha: float = registry.default("perfedavg_alpha")
+    perfedavg_variant: str = registry.default("perfedavg_variant")
+    apfl_alpha: float = registry.default("apfl_alpha")
+    apfl_alpha_lr: float | None = registry.default("apfl_alpha_lr")
+    pfedme_lambda: float = registry.default("pfedme_lambda")
+    pfedme_k: int = registry.default("pfedme_k")
+    pfedme_personal_lr: float = registry.default("pfedme_personal_lr")
+    pfedme_beta: float = registry.default("pfedme_beta")
     mmd_weight: float = registry.default("mmd_weight")
     mmd_kernel: str = registry.default("mmd_kernel")
     fusion: str = registry.default("fusion")

@@ -53,9 +53,10 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                        "arch_a/b/c (Table 8 ablation: private classifier / BiGRU+MLP / "
                        "model); baselines: fedprox, fedmmd, fedfusion, fedavg_kc / "
                        "fedprox_kc (FedKC plug-in), indiv (no communication), fs (pooled "
-                       "data), asp (centralised adversarial multi-task), feddyn (Acar et "
-                       "al. 2021), moon (Li, He and Song 2021); or your own: path/to/file.py:FUNCTION or "
-                       "package.module:FUNCTION returning a fedjax_sc.Algorithm "
+                       "data), asp (centralised adversarial multi-task); beyond the paper "
+                       "(docs/algorithms.md): feddyn, moon, scaffold, ditto, fedrep, fedbabu, "
+                       "per_fedavg, fedrod, apfl, pfedme; or your own: path/to/file.py:FUNCTION "
+                       "or package.module:FUNCTION returning a fedjax_sc.Algorithm "
                        "(docs/own-algorithm.md)")
     t.add_argument("--rounds", type=int, help="federated rounds (paper: 50 fdu, 20 iyy)")
     t.add_argument("--local-epochs", type=int, default=default("local_epochs"))

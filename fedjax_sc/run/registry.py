@@ -21,6 +21,14 @@ feddyn         TextClassifier; FedAvg + dynamic regulariser (client and server  
                state, :mod:`fedjax_sc.algorithms.feddyn`)
 moon           TextClassifier; FedAvg + model-contrastive term (client state:   Li, He 2021
                the previous local model, :mod:`fedjax_sc.algorithms.moon`)
+scaffold       TextClassifier; control variates c_i, c (option II)             Karimireddy 2020
+ditto          PersonalCopy(TextClassifier): global (shared), personal (private) Li, Hu 2021
+fedrep         TextClassifier, private output layer; head steps, body steps    Collins 2021
+fedbabu        TextClassifier; output layer frozen at its init                  Oh 2022
+per_fedavg     TextClassifier; first-order (or HF) MAML meta-gradient          Fallah 2020
+fedrod         FedRoDClassifier: generic head (shared) + personal head          Chen, Chao 2022
+apfl           TextClassifier + its local copy and alpha (private); mixture    Deng 2020
+pfedme         TextClassifier + the personalised copy theta (private)          Dinh 2020
 indiv          TextClassifier, every leaf private (no communication)           Sec. 5.4
 fs             TextClassifier on the pooled data (centralised)                 Fig. 2(A)
 asp            ASPClassifier, centralised multi-task, adversarial              Liu 2017
@@ -38,7 +46,23 @@ import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from fedjax_sc.algorithms import compression, feddyn, fedkc, fedmmd, fedopt, fedprox, moon
+from fedjax_sc.algorithms import (
+    apfl,
+    compression,
+    ditto,
+    fedbabu,
+    feddyn,
+    fedkc,
+    fedmmd,
+    fedopt,
+    fedprox,
+    fedrep,
+    fedrod,
+    moon,
+    per_fedavg,
+    pfedme,
+    scaffold,
+)
 from fedjax_sc.algorithms.asp import asp
 from fedjax_sc.algorithms.base import MULTITASK_SCHEDULES, Algorithm, chain
 from fedjax_sc.algorithms.context import BuildContext, is_spec, load
@@ -75,7 +99,21 @@ TWO_BRANCH = {  # name: (private_from, projection, gated)
 }
 NO_UPLOAD = ("indiv", "fs", "asp")
 """Trained without uploads (each client alone, or centrally): no upload noise by default."""
-ALGORITHMS = tuple(SINGLE_BRANCH) + PLUG_INS + OWN_MODEL + tuple(TWO_BRANCH)
+BEYOND: dict[str, tuple[Callable[..., Algorithm], Callable[..., Any]]] = {
+    "scaffold": (scaffold.scaffold, TextClassifier),
+    "ditto": (ditto.ditto, TextClassifier),
+    "fedrep": (fedrep.fedrep, TextClassifier),
+    "fedbabu": (fedbabu.fedbabu, TextClassifier),
+    "per_fedavg": (per_fedavg.per_fedavg, TextClassifier),
+    "fedrod": (fedrod.fedrod, fedrod.FedRoDClassifier),
+    "apfl": (apfl.apfl, TextClassifier),
+    "pfedme": (pfedme.pfedme, TextClassifier),
+}
+"""Methods beyond the paper, each ``name: (builder, model)``: the builder gets the model at the
+run's sizes, the client SGD, ``num_clients`` where its signature asks for it, and the options
+of :data:`OPTIONS` declared on it (its own hyperparameters)."""
+ALGORITHMS = (tuple(SINGLE_BRANCH) + PLUG_INS + OWN_MODEL + tuple(TWO_BRANCH)
+              + tuple(BEYOND))
 
 KTEPS_LOSS = ("kteps", "kteps_star", "arch_a", "arch_b", "arch_c")
 KC = ("fedavg_kc", "fedprox_kc")
@@ -139,6 +177,39 @@ OPTIONS: dict[str, Option] = {
                       "(moon; Li, He and Song 2021)", ("moon",), True, "baselines"),
     "moon_temperature": Option(moon.model_contrastive, "temperature", "MOON temperature tau "
                                "(moon)", ("moon",), group="baselines"),
+    "scaffold_global_lr": Option(scaffold.scaffold, "global_lr", "SCAFFOLD global step size "
+                                 "eta_g (scaffold; Karimireddy et al. 2020)", ("scaffold",),
+                                 True, "baselines"),
+    "ditto_lambda": Option(ditto.ditto, "lam", "Ditto lambda, the pull of each personal model "
+                           "towards the global one (ditto; Li, Hu, Beirami and Smith 2021)",
+                           ("ditto",), True, "baselines"),
+    "rep_head_steps": Option(fedrep.fedrep, "head_steps", "FedRep tau_h: the real local steps "
+                             "of a round that train the private head (body frozen) before the "
+                             "body steps (head frozen); 200 is one epoch of an FDU client "
+                             "(fedrep; Collins et al. 2021)", ("fedrep",), True, "baselines"),
+    "perfedavg_alpha": Option(per_fedavg.per_fedavg, "alpha", "Per-FedAvg alpha, the inner "
+                              "(adaptation) step size; beta is --lr (per_fedavg; Fallah, "
+                              "Mokhtari and Ozdaglar 2020)", ("per_fedavg",), True,
+                              "baselines"),
+    "perfedavg_variant": Option(per_fedavg.per_fedavg, "variant", "Per-FedAvg fo (first "
+                                "order) or hf (Hessian-free, an exact Hessian-vector product) "
+                                "(per_fedavg)", ("per_fedavg",), group="baselines",
+                                choices=per_fedavg.VARIANTS),
+    "apfl_alpha": Option(apfl.apfl, "alpha", "APFL alpha_i's initial value in [0, 1] (apfl; "
+                         "Deng, Kamani and Mahdavi 2020)", ("apfl",), group="baselines"),
+    "apfl_alpha_lr": Option(apfl.apfl, "alpha_learning_rate", "APFL alpha's step size "
+                            "(default: the client LR; 0 fixes alpha)", ("apfl",), True,
+                            "baselines", type=float),
+    "pfedme_lambda": Option(pfedme.pfedme, "lam", "pFedMe lambda, the proximal weight "
+                            "(pfedme; Dinh, Tran and Nguyen 2020)", ("pfedme",), True,
+                            "baselines"),
+    "pfedme_k": Option(pfedme.pfedme, "steps", "pFedMe K, inner steps per local step",
+                       ("pfedme",), group="baselines"),
+    "pfedme_personal_lr": Option(pfedme.pfedme, "personal_learning_rate", "pFedMe personal "
+                                 "learning rate of the inner steps", ("pfedme",), True,
+                                 "baselines"),
+    "pfedme_beta": Option(pfedme.pfedme, "beta", "pFedMe beta, the server's step towards the "
+                          "clients' mean (1: the mean)", ("pfedme",), True, "baselines"),
     "mmd_weight": Option(fedmmd.mmd_penalty, "weight", "FedMMD lambda", ("fedmmd",), True,
                          "baselines"),
     "mmd_kernel": Option(fedmmd.mmd_penalty, "kernel", "FedMMD kernel: the sum of 19 Gaussian "
@@ -316,6 +387,15 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
                               lambda_div=0.0 if name.startswith("arch_") else o["lambda_div"],
                               temperature=o["temperature"], bandwidth=o["bandwidth"],
                               hsic_normalization=o["hsic_normalization"], name=name)
+    elif name in BEYOND:
+        builder, model_class = BEYOND[name]
+        own = {OPTIONS[k].param: o[k] for k in o if OPTIONS[k].builder is builder}
+        if "num_clients" in inspect.signature(builder).parameters:
+            if not num_clients:
+                raise ValueError(f"{name} needs num_clients (the server's mean over every "
+                                 f"client)")
+            own["num_clients"] = num_clients
+        algorithm = builder(model_class(**dims), **opt, **own)
     else:
         raise ValueError(f"unknown algorithm {name!r}; choose from {ALGORITHMS}")
     algorithm = algorithm._replace(upload=private_upload(pca_band, upload_noise,
@@ -329,6 +409,9 @@ def _run_wrappers(algorithm: Algorithm, o: dict[str, Any], dp_clip: float | None
     if dp_clip is not None:
         algorithm = dp_sgd(algorithm, dp_clip, dp_noise)
     if server_opt is not None:
+        if algorithm.server_optimizer is not None:
+            raise ValueError(f"--server-opt replaces the server update, and {algorithm.name} "
+                             f"has its own (pFedMe's beta != 1)")
         algorithm = fedopt.fedopt(algorithm, server_opt, o["server_lr"], o["server_momentum"],
                                   o["server_tau"])
     return algorithm

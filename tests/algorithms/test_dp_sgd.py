@@ -8,7 +8,7 @@ import pytest
 
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Batch, ClientStart, bind
-from fedjax_sc.algorithms.dp_sgd import dp_gradient, epsilon
+from fedjax_sc.algorithms.dp_sgd import dp_gradient, dp_sgd, epsilon
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.fedper import RULES as FEDPER_RULES
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
@@ -74,3 +74,10 @@ def test_epsilon_from_the_rdp_accountant():
     e2 = epsilon(2.0, 0.01, 1000, 1e-5)
     assert 0 < e2 < e1 < 100  # more noise, less privacy loss
     assert epsilon(0.0, 0.01, 10, 1e-5) == float("inf")
+
+
+def test_dp_sgd_refuses_an_algorithm_with_its_own_client_gradient():
+    """DP-SGD replaces the client gradient: Per-FedAvg's meta-gradient would be lost."""
+    from fedjax_sc.algorithms.per_fedavg import per_fedavg
+    with pytest.raises(ValueError, match="per_fedavg computes its own"):
+        dp_sgd(per_fedavg(TextClassifier(vocab_size=12, embed_dim=4)), 1.0, 0.5)

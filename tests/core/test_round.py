@@ -264,8 +264,9 @@ def test_server_sgd_with_unit_step_equals_taking_the_aggregate(scene, model, fed
     a for a in __import__("fedjax_sc.run.registry", fromlist=["ALGORITHMS"]).ALGORITHMS
     # no FURL vector in FedFusion's and ASP's models; FedKC refuses a private leaf (its
     # exchange reaches every client); FedProx, FedMMD and FedKC are covered by
-    # tests/algorithms/test_baselines.py
-    if a not in ("fedfusion", "asp", "fedprox", "fedmmd", "fedavg_kc", "fedprox_kc")])
+    # tests/algorithms/test_baselines.py; APFL and pFedMe copy a model without one
+    if a not in ("fedfusion", "asp", "fedprox", "fedmmd", "fedavg_kc", "fedprox_kc", "apfl",
+                 "pfedme")])
 def test_every_algorithm_compiles_once_and_keeps_private_leaves_per_client(scene, name):
     from fedjax_sc.algorithms.masking import leaf_paths
     from fedjax_sc.run.registry import build_algorithm
@@ -287,4 +288,4 @@ def test_every_algorithm_compiles_once_and_keeps_private_leaves_per_client(scene
     chex.assert_tree_shape_prefix(clients.private, (scene.num_clients,))
     vectors = np.asarray(clients.private["user"]["vector"])
     assert not np.allclose(vectors[0], vectors[1])  # each client has its own
-    assert (alg.global_predict is None) == (name in ("fedper", "lg_fedavg", "indiv"))
+    assert (alg.global_predict is None) == (name in ("fedper", "lg_fedavg", "indiv", "fedrep"))

@@ -1,0 +1,125 @@
+"""FedRoD (Chen and Chao 2022, "On Bridging Generic and Personalized Federated Learning for
+Image Classification", ICLR 2022): a shared body with two heads.
+
+The body (embedding + BiGRU + SeqMean, features z) and the generic head h_G (the MLP
+classifier) are shared and trained with the balanced softmax (BSM; Ren et al. 2020) on the
+client's label counts N_c, a loss whose minimiser does not depend on the client's class prior:
+
+    L_BSM = -log( N_y exp(g_y) / sum_c N_c exp(g_c) ),   g = h_G(z)
+
+The personal head h_P (one linear layer on z, private) adds its logits to the generic head's;
+it learns by cross-entropy with the body and the generic logits held fixed:
+
+    L = L_BSM(g) + CE(stop_gradient(g) + h_P(stop_gradient(z)))
+
+Personalised prediction: softmax(g + h_P(z)) (Ap); generic prediction: the generic head alone,
+from the server's shared leaves (Ag). As in the reproductions we read (PFLlib ``clientrod``,
+TsingZ0/PFLlib; hongyouc/Fed-RoD holds no code): a linear personal head on detached features,
+detached generic logits in the personal loss. The hypernetwork variant that generates h_P from
+the label distribution (Fed-RoD (hyper)) is not implemented.
+
+Where ours differs: N_c are the label counts of the step's mini-batch (real rows), not of the
+client's whole training set -- an algorithm sees its data only batch by batch here. BSM is
+invariant to scaling N, so the batch counts estimate the client's distribution; a class absent
+from the batch gets no probability mass (a one-class batch has zero BSM loss). With uniform
+counts BSM is the cross-entropy. One optimizer (the client SGD) steps both losses at once;
+PFLlib steps them one after the other.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedjax_sc.algorithms import predict
+from fedjax_sc.algorithms.aggregate import weighted_mean
+from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
+from fedjax_sc.algorithms.losses import masked_mean
+from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM, client_sgd
+from fedjax_sc.models.text_classifier import TextClassifier, with_user
+
+RULES = {"private": r"^(personal|user)/", "shared": r"^(embedding|encoder|classifier)/"}
+"""The personal head (and a FURL user vector) stay on the client; body and generic head go."""
+
+
+class FedRoDClassifier(TextClassifier):
+    """``TextClassifier`` with a private linear personal head ``personal/{kernel [2h, C],
+    bias [C]}`` on the pooled features. ``__call__`` returns the personalised logits g + p,
+    ``global_logits`` the generic head's g (the other methods as ``TextClassifier``)."""
+
+    def setup(self):
+        super().setup()
+        self.personal = nn.Dense(self.num_classes, dtype=self.dtype)
+
+    def heads(self, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``(g, p)``: float32 ``[batch, C]`` generic and personal logits for int32 tokens
+        ``[batch, len]``; p reads the features through ``stop_gradient``."""
+        z = self.features(tokens)
+        g = self.classifier(with_user(z, self.user, personal=True))
+        return g, self.personal(jax.lax.stop_gradient(z)).astype(jnp.float32)
+
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        g, p = self.heads(tokens)
+        return g + p
+
+
+def balanced_softmax(logits: jax.Array, labels: jax.Array, counts: jax.Array) -> jax.Array:
+    """Per-example BSM, CE of ``logits + log counts`` (a zero count: no mass, not NaN).
+
+    Args:
+      logits: float ``[B, C]``; labels: int ``[B]``; counts: float ``[C]`` (>= 0).
+
+    Returns:
+      float32 ``[B]``.
+    """
+    prior = jnp.where(counts > 0, jnp.log(jnp.where(counts > 0, counts, 1.0)), -1e4)
+    return optax.softmax_cross_entropy_with_integer_labels(logits + prior, labels)
+
+
+def fedrod_loss(model: FedRoDClassifier):
+    """The FedRoD client loss (module docstring): aux ``accuracy`` (of g + p on the real rows),
+    ``generic_accuracy``, ``bsm`` and ``personal_ce`` (float32 scalars)."""
+
+    def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
+        del rng, start
+        g, p = model.apply({"params": params}, batch.tokens, method=model.heads)
+        counts = jnp.sum(jax.nn.one_hot(batch.labels, g.shape[-1]) * batch.mask[:, None], 0)
+        bsm = masked_mean(balanced_softmax(g, batch.labels, counts), batch.mask)
+        personal = jax.lax.stop_gradient(g) + p
+        ce = optax.softmax_cross_entropy_with_integer_labels(personal, batch.labels)
+        ce = masked_mean(ce, batch.mask)
+        hits = lambda x: masked_mean((jnp.argmax(x, -1) == batch.labels).astype(jnp.float32),
+                                     batch.mask)
+        return bsm + ce, {"accuracy": hits(personal), "generic_accuracy": hits(g),
+                          "bsm": bsm, "personal_ce": ce}
+
+    return loss
+
+
+def fedrod(model: FedRoDClassifier, learning_rate: float = LEARNING_RATE,
+           momentum: float = MOMENTUM, embedding_learning_rate: float | None = None
+           ) -> Algorithm:
+    """Builds FedRoD (linear personal head; see the module docstring).
+
+    Args:
+      model: :class:`FedRoDClassifier`.
+      learning_rate, momentum, embedding_learning_rate: client SGD (both heads and the body).
+
+    Returns:
+      The :class:`Algorithm`: private leaves ``personal/`` (+ ``user/``); Ap on g + p (mode
+      ``full``), Ag on the generic head.
+
+    Raises:
+      TypeError: another model. ValueError: see :func:`~fedjax_sc.algorithms.optimizers.
+      client_sgd`.
+    """
+    if not isinstance(model, FedRoDClassifier):
+        raise TypeError(f"fedrod needs a FedRoDClassifier, got {type(model).__name__}")
+    predict_fn, global_fn = predict.single_branch(model)
+    return Algorithm(name="fedrod", model=model, client_loss=fedrod_loss(model),
+                     client_optimizer=client_sgd(learning_rate, momentum,
+                                                 embedding_learning_rate),
+                     aggregator=weighted_mean, predict=predict_fn, global_predict=global_fn,
+                     leaf_rules=RULES)

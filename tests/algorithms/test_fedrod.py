@@ -1,0 +1,90 @@
+"""FedRoD: the balanced softmax (its closed form; the cross-entropy with uniform counts), the
+personalised logits are the generic plus the personal ones, the personal loss reaches only the
+personal head, and the personal head stays on its client."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedjax_sc.algorithms import fedrod, masking
+from fedjax_sc.algorithms.base import Batch, ClientStart
+from fedjax_sc.data.client_data import client_data
+from fedjax_sc.models.text_classifier import TextClassifier, init_params
+
+MODEL = fedrod.FedRoDClassifier(vocab_size=20, embed_dim=4, hidden=3, mlp_hidden=5,
+                                num_classes=3)
+PARAMS = init_params(MODEL, jax.random.key(0))
+BATCH = Batch(jax.random.randint(jax.random.key(1), (5, 6), 1, 20),
+              jnp.array([0, 2, 2, 0, 1]), jnp.array([True] * 4 + [False]))
+
+
+@settings(deadline=None, max_examples=20)
+@given(st.integers(1, 6), st.integers(2, 5), st.integers(0, 2**31 - 1))
+def test_balanced_softmax_closed_form_and_uniform_counts(batch, classes, seed):
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(batch, classes)).astype(np.float32)
+    labels = rng.integers(0, classes, batch)
+    counts = rng.integers(0, 5, classes).astype(np.float32)
+    counts[labels] += 1  # every label is present
+    weighted = counts * np.exp(logits)
+    expected = -np.log(weighted[np.arange(batch), labels] / weighted.sum(-1))
+    np.testing.assert_allclose(fedrod.balanced_softmax(logits, labels, counts), expected,
+                               rtol=1e-4, atol=1e-5)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    for uniform in (np.ones(classes), np.full(classes, 7.0)):
+        np.testing.assert_allclose(fedrod.balanced_softmax(logits, labels, uniform), ce,
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_personalised_logits_are_generic_plus_personal():
+    g, p = MODEL.apply({"params": PARAMS}, BATCH.tokens, method=MODEL.heads)
+    chex.assert_trees_all_close(MODEL.apply({"params": PARAMS}, BATCH.tokens), g + p)
+    algorithm = fedrod.fedrod(MODEL)
+    chex.assert_trees_all_close(algorithm.predict(PARAMS, BATCH.tokens)["full"],
+                                jax.nn.softmax(g + p), atol=1e-6)
+    labels = masking.label_leaves(PARAMS, algorithm.leaf_rules)
+    shared = masking.select(PARAMS, labels, masking.SHARED)
+    assert set(shared) == {"embedding", "encoder", "classifier"}
+    chex.assert_trees_all_close(algorithm.global_predict(shared, BATCH.tokens),
+                                jax.nn.softmax(g), atol=1e-6)
+
+
+def test_the_personal_loss_trains_only_the_personal_head():
+    """Body and generic head get BSM's gradient alone; the personal head CE(sg(g) + p)'s."""
+    loss = fedrod.fedrod(MODEL).client_loss
+    grads = jax.jit(jax.grad(lambda q: loss(q, BATCH, jax.random.key(2),
+                                            ClientStart(q))[0]))(PARAMS)
+
+    def bsm(q):
+        g, _ = MODEL.apply({"params": q}, BATCH.tokens, method=MODEL.heads)
+        counts = jnp.array([2.0, 0.0, 2.0])  # the real rows' labels 0, 2, 2, 0
+        return jnp.mean(fedrod.balanced_softmax(g, BATCH.labels, counts)[:4])
+
+    ref = jax.jit(jax.grad(bsm))(PARAMS)
+    for name in ("embedding", "encoder", "classifier"):
+        chex.assert_trees_all_close(grads[name], ref[name], atol=1e-6)
+    assert float(jnp.max(jnp.abs(ref["personal"]["kernel"]))) == 0.0
+    assert float(jnp.max(jnp.abs(grads["personal"]["kernel"]))) > 0.0
+
+
+def test_the_personal_head_is_never_uploaded(scene, rounds):
+    model = fedrod.FedRoDClassifier(vocab_size=len(scene.vocab), embed_dim=8, hidden=4,
+                                    mlp_hidden=6, num_classes=scene.num_classes)
+    data = client_data(scene.train, local_vocab=True)
+    state, clients, metrics = rounds(fedrod.fedrod(model, 0.1, 0.9), model, data, 1,
+                                     scene.num_clients)
+    assert "personal" not in state.params and set(clients.private) == {"personal"}
+    kernels = clients.private["personal"]["kernel"]  # [clients, 2h, C], trained apart
+    assert kernels.shape[0] == scene.num_clients
+    assert float(jnp.max(jnp.abs(kernels[0] - kernels[1]))) > 0.0
+    assert bool(jnp.all(metrics.finite)) and "bsm" in metrics.aux
+
+
+def test_another_model_is_refused():
+    with pytest.raises(TypeError, match="FedRoDClassifier"):
+        fedrod.fedrod(TextClassifier(vocab_size=20))
