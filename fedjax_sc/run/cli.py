@@ -156,20 +156,19 @@ def _given(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
 def _from_config(path: str, args: dict, given: set[str]) -> dict:
     """``args`` with every option not ``given`` on the command line taken from the saved
     configuration ``path`` (a run's config.json), except ``--out``, ``--resume`` and
-    ``--overwrite``, which belong to the new run.
+    ``--overwrite``, which belong to the new run (:func:`fedjax_sc.run.config_file.merge`);
+    the fields that ``path`` lacks, which keep their defaults, are named on stderr.
 
     Raises:
-      FileNotFoundError: ``path`` does not exist; ValueError: not valid JSON (names it).
+      FileNotFoundError: ``path`` does not exist; ValueError: not valid JSON, an unknown key,
+        a value of the wrong type, no scene or algorithm (names the key).
     """
-    from fedjax_sc.run import rundir
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"--config {path}: no such file")
-    saved = rundir.read_json(Path(path))
-    if not isinstance(saved, dict):
-        raise ValueError(f"--config {path}: not a run's config.json")
-    keep = given | {"out", "resume", "overwrite", "seeds", "grid"}
-    merged = {k: (v if k in keep or k not in saved else saved[k]) for k, v in args.items()}
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in merged.items()}
+    from fedjax_sc.run import config_file
+    merged, defaulted = config_file.merge(path, args, given)
+    if defaulted:
+        print(f"fedjax-sc: note: --config {path} has no {', '.join(defaulted)} (an older "
+              f"version's configuration?): their defaults apply", file=sys.stderr)
+    return merged
 
 
 def _train(args: dict) -> None:

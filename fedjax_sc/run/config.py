@@ -32,7 +32,7 @@ from fedjax_sc.algorithms.context import is_spec, load
 from fedjax_sc.algorithms.noise import PAPER_SIGMA
 from fedjax_sc.core import participation, personalize
 from fedjax_sc.data import flwr_partition, partition, scenes
-from fedjax_sc.run import registry, table_scene
+from fedjax_sc.run import ranges, registry, table_scene
 from fedjax_sc.run.plumbing.flags import flag
 from fedjax_sc.run.registry import ALGORITHMS
 
@@ -321,7 +321,8 @@ class TrainConfig:
         """A copy with every ``None`` filled from the scene preset; validates choices.
 
         Raises:
-          ValueError: unknown scene/algorithm/embeddings, missing data_dir, bad sizes.
+          ValueError: unknown scene/algorithm/embeddings, missing data_dir, bad sizes, a
+            number out of range (:func:`fedjax_sc.run.ranges.check`).
         """
         if self.scene not in SCENES:
             raise ValueError(f"unknown scene {self.scene!r}; choose from {SCENES}")
@@ -356,6 +357,7 @@ class TrainConfig:
         c = dataclasses.replace(self, **{k: v for k, v in preset.items()
                                          if getattr(self, k) is None})
         c = dataclasses.replace(c, **table_scene.check(c))
+        ranges.check(c)  # --lr, --momentum, --client-dropout, --local-steps, ...
         if c.data_dir is not None:  # one spelling of the folder in config.json
             c.data_dir = str(Path(c.data_dir).expanduser().resolve())
         if c.embeddings in EMBEDDINGS:

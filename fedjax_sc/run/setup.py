@@ -24,6 +24,7 @@ from fedjax_sc.run import registry, rundir
 from fedjax_sc.run.config import TrainConfig, config_from_json
 from fedjax_sc.run.loading import corpus_files, load_scene
 from fedjax_sc.run.plumbing import processes
+from fedjax_sc.run.ranges import local_work
 from fedjax_sc.run.registry import build_algorithm
 
 
@@ -43,7 +44,7 @@ class Setup(NamedTuple):
     :func:`global_params`)."""
     work: LocalWork = LocalWork()
     """How the clients differ in local work, dropout and stragglers, and the aggregation
-    (:func:`local_work`); inactive by default: the plain round."""
+    (:func:`fedjax_sc.run.ranges.local_work`); inactive by default: the plain round."""
 
 
 def global_params(setup: Setup, shared: Any) -> Any:
@@ -78,30 +79,6 @@ def population_builder(c: TrainConfig, scene: scenes.Scene,
         return build_algorithm(**{**options, **{traced[k]: v for k, v in values.items()}})
 
     return build
-
-
-def local_work(c: TrainConfig) -> LocalWork:
-    """The heterogeneous-clients setting of a resolved config (``--local-steps``,
-    ``--client-dropout``, ``--straggler-fraction``, ``--straggler-policy``,
-    ``--aggregation``), with the client optimizer's momentum and FedProx's eta * mu for
-    FedNova's normaliser.
-
-    Raises:
-      ValueError: a malformed or out-of-range setting (names its flag).
-    """
-    steps = steps_range = None
-    if c.local_steps is not None:
-        lo, sep, hi = str(c.local_steps).partition(":")
-        try:
-            steps_range = (int(lo), int(hi)) if sep else None
-            steps = None if sep else int(lo)
-        except ValueError:
-            raise ValueError(f"--local-steps {c.local_steps!r}: give N or LO:HI (integers)")
-    nova = c.aggregation == "fednova"  # only FedNova reads the optimizer's settings
-    prox = c.lr * c.prox_mu if nova and c.algorithm in ("fedprox", "fedprox_kc") else 0.0
-    return LocalWork(steps, steps_range, c.client_dropout, c.straggler_fraction,
-                     c.straggler_policy, c.aggregation, c.momentum if nova else 0.0,
-                     prox).check()
 
 
 def build_setup(c: TrainConfig, scene: scenes.Scene,

@@ -98,6 +98,12 @@ def test_word_vectors_reads_d_from_the_file_and_fills_the_vocabulary(tmp_path):
     ("the 1 2 3\ngood 1 x 3\n", r"v.txt:2: 'x' \(vector of 'good'\) is not a number"),
     ("the 1 2 3\n\ngood 1 2 3\n", r"v.txt:2: blank line"),
     ("the\n", r"v.txt:1: no vector"),
+    ("1 1000000000000000\nthe 1\n", r"v.txt:1: header '1 1000000000000000' gives d = "
+     r"1000000000000000; d must lie in \[1, 4096\]"),
+    ("the" + " 1" * 4097 + "\n", r"v.txt:1: 4097 values after the word 'the'; d must be at "
+     r"most 4096"),
+    ("foo 1 2 3\nbar 4 5 6\n", r"v.txt: 0 of the vocabulary's 2 words found \(0.0%, at least "
+     r"1% needed\); its lines read as a word and 3 values, the first word 'foo'"),
 ])
 def test_bad_word_vector_files_name_their_line(tmp_path, text, match):
     path = tmp_path / "v.txt"
@@ -143,6 +149,7 @@ def test_a_written_subset_reads_back_to_the_same_rows(tmp_path):
     "good 1 2 3 \nthe 4 5 6 \n",                # word2vec's C tool: a trailing space
     "\ufeffgood 1 2 3\r\nthe 4 5 6\r\n",          # a byte-order mark, CRLF line ends
     "2 3 \ngood 1 2 3 \nthe 4 5 6 \n",           # both
+    "good\t1\t2\t3\nthe\t4\t5\t6\n",              # tab-separated
 ])
 def test_the_formats_the_reference_tools_write_are_read(tmp_path, text):
     path = tmp_path / "v.vec"
@@ -160,3 +167,15 @@ def test_a_corpus_file_with_a_byte_order_mark_is_read(tmp_path):
     path.write_bytes("\ufeff1\tgood film\n0\tbad plot\n".encode("utf-8"))
     corpus = read_fdu_file(path)
     assert corpus.labels.tolist() == [1, 0] and corpus.num_latin1_lines == 0
+
+
+def test_a_file_holding_almost_none_of_the_vocabulary_is_refused(tmp_path):
+    vocab = Vocabulary.from_counts(__import__("collections").Counter(
+        {f"w{i}": 1000 - i for i in range(200)}))
+    path = tmp_path / "v.txt"
+    path.write_text("w0 1 2\nother 3 4\n")  # 1 of 200 words: 0.5%
+    with pytest.raises(ValueError, match=r"v.txt: 1 of the vocabulary's 200 words found "
+                       r"\(0.5%, at least 1% needed\)"):
+        embeddings.word_vectors(path, vocab)
+    path.write_text("w0 1 2\nother 3 4\nw1 5 6\n")  # 2 of 200: 1%, enough
+    assert embeddings.word_vectors(path, vocab).num_found == 2

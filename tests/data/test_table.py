@@ -276,6 +276,27 @@ def test_bad_labels_clients_and_splits(tmp_path):
         read(tmp_path / "d.parquet.gz")
 
 
+def test_duplicate_columns_and_type_clashes_name_the_file(tmp_path):
+    dup = tmp_path / "dup.csv"
+    dup.write_text("text,label,text,domain\ngood,1,x,a\n")
+    with pytest.raises(ValueError, match=r"dup\.csv: column 'text' \(--text-column\) occurs 2 "
+                       r"times \(its columns: text, label, text, domain\)"):
+        read(dup)
+    train = write(tmp_path / "d.csv", [dict(r, label=0.5 + i % 2) for i, r in enumerate(rows(8))])
+    with pytest.raises(ValueError, match=r"t\.csv: column 'label' holds string, .* are double"):
+        read(train, test_data=str(write(tmp_path / "t.csv", rows(4))))
+    train = write(tmp_path / "d.csv", rows(8, clients=(1, 2)))
+    with pytest.raises(ValueError, match=r"t\.csv: column 'domain' holds string, .* are int64"):
+        read(train, test_data=str(write(tmp_path / "t.csv", rows(4))))
+    with pytest.raises(ValueError, match=r"d\.csv: column 'label': the classes \[1, 'pos'\] "
+                       r"are not all of one type"):
+        read(train, test_fraction=0.5, label_names=[1, "pos"])
+    bad = tmp_path / "b.jsonl"
+    bad.write_text('{"text": "a", "text": "b", "label": 1, "domain": "x"}\n')
+    with pytest.raises(ValueError, match=r"b\.jsonl: not a readable json file \(pyarrow: .*twice"):
+        read(bad)
+
+
 # ------------------------------------------------------------------------------- datasets
 
 
@@ -309,6 +330,14 @@ def test_datasets_folder_and_hf_spec(tmp_path, datasets):
     assert c.test_fraction is None  # the DatasetDict's own test split
     names = sorted(p.name for p in corpus_files(c))
     assert "dataset_dict.json" in names and names.count("state.json") == 2
+
+
+def test_hf_spec_of_a_malformed_file_is_one_line(tmp_path, datasets):
+    bad = tmp_path / "m.csv"
+    bad.write_text("text,label,domain\ngood,pos,a\nbad,neg,a,extra\n")
+    with pytest.raises(ValueError, match=r"hf:csv:.*m\.csv: datasets cannot read it "
+                       r"\(ParserError: .*line 3"):
+        read(f"hf:csv:{bad}")
 
 
 def test_datasets_missing_names_the_extra(tmp_path, monkeypatch):

@@ -1,0 +1,107 @@
+"""Where a row of a table file (:mod:`fedjax_sc.data.table`) lies in the file's lines: the
+1-based line of a CSV / TSV record or a JSON line, and the line a pyarrow read error is about.
+Host-side only (the standard library: pyarrow numbers rows within blocks, not lines).
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import json
+import re
+from pathlib import Path
+
+
+def open_text(path: str):
+    """A table file as text (``.gz`` / ``.bz2`` too), UTF-8, a byte-order mark dropped."""
+    opener = {".gz": gzip.open, ".bz2": bz2.open}.get(Path(path).suffix.lower(), open)
+    return opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="")
+
+
+def csv_rows(path: str, kind: str):
+    """``(first line, fields)`` of each non-blank CSV record, header first (Python's csv
+    module, only to number the lines that pyarrow reads)."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(2**31 - 1)
+    try:
+        with open_text(path) as f:
+            reader = csv.reader(f, delimiter="\t" if kind == "tsv" else ",")
+            while True:
+                start = reader.line_num + 1
+                fields = next(reader, None)
+                if fields is None:
+                    return
+                if fields:  # pyarrow skips blank lines
+                    yield start, fields
+    finally:
+        csv.field_size_limit(limit)
+
+
+def csv_line(path: str, row: int, kind: str) -> int:
+    """The 1-based line where data row ``row`` of a CSV file starts."""
+    for k, (line, _) in enumerate(csv_rows(path, kind)):
+        if k == row + 1:
+            return line
+    return 0
+
+
+def json_line(path: str, row: int) -> int:
+    """The 1-based line of JSON-lines row ``row`` (blank lines skipped, as pyarrow does)."""
+    with open_text(path) as f:
+        k = -1
+        for lineno, line in enumerate(f, start=1):
+            k += bool(line.strip())
+            if k == row:
+                return lineno
+    return 0
+
+
+def read_error(path: str, kind: str, e: Exception) -> str:
+    """One line for a file pyarrow cannot read, with the line where it can be found (none
+    when the file cannot be read as text either: a damaged ``.gz``)."""
+    message = " ".join(str(e).split())
+    try:
+        return _read_error_line(path, kind, message)
+    except (OSError, EOFError, csv.Error):
+        return f"{path}: not a readable {kind} file (pyarrow: {message})"
+
+
+def _read_error_line(path: str, kind: str, message: str) -> str:
+    if kind in ("csv", "tsv") and "columns" in message:
+        rows = csv_rows(path, kind)
+        header = next(rows, (0, []))[1]
+        for line, fields in rows:
+            if len(fields) != len(header):
+                return (f"{path}:{line}: {len(fields)} fields where the header has "
+                        f"{len(header)} (pyarrow: {message})")
+    line = json_bad_line(path, message) if kind == "json" else None
+    if line is not None:  # pyarrow's row is counted within a block: left out
+        return f"{path}:{line}: {re.sub(r' in row [0-9]+', '', message)}"
+    return f"{path}: not a readable {kind} file (pyarrow: {message})"
+
+
+def json_bad_line(path: str, message: str) -> int | None:
+    """The line pyarrow's JSON error is about (its row numbers count within a block): the
+    first line that is not a JSON object, or whose value of the column the message names
+    changes JSON type."""
+    got = re.search(r"Column\(/([^)]*)\)", message)
+    seen = None
+    with open_text(path) as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                return lineno
+            if not isinstance(obj, dict):
+                return lineno
+            value = obj.get(got.group(1)) if got else None
+            if value is not None:
+                kind = ("bool" if isinstance(value, bool) else "number"
+                        if isinstance(value, (int, float)) else type(value).__name__)
+                if seen not in (None, kind):
+                    return lineno
+                seen = kind
+    return None

@@ -1,0 +1,156 @@
+"""A run's saved configuration (its ``config.json``) read back for ``fedjax-sc train --config``.
+
+Every key is checked against :class:`~fedjax_sc.run.config.TrainConfig`'s fields and the types
+they declare before anything else happens (no corpus is read, no folder made): an ``int``
+field takes a JSON integer only (not ``1.5``, ``"1"`` or ``true``), a ``float`` field a number
+(an integer too), ``str`` a string, ``bool`` ``true`` / ``false``, ``X | None`` also ``null``,
+a tuple a JSON list of the declared items. A key that is no field is refused. A field the file
+lacks (a configuration written before that option existed) takes its default, and the caller
+is told which ones did; ``scene`` and ``algorithm``, which every run's ``config.json`` holds,
+must be in the file or on the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from fedjax_sc.run.config import TrainConfig
+from fedjax_sc.run.plumbing.flags import flag
+
+REQUIRED = ("scene", "algorithm")
+"""The fields a saved configuration must hold unless the command line gives them."""
+OWN = ("out", "resume", "overwrite", "seeds", "grid")
+"""Options that belong to the new run: never taken from the saved configuration."""
+
+_NAMES = {int: "an int", float: "a number", str: "a string", bool: "true or false"}
+
+
+class _Mismatch(Exception):
+    """A value that is not of the declared type."""
+
+
+@functools.cache
+def _hints() -> dict[str, Any]:
+    return typing.get_type_hints(TrainConfig)
+
+
+def _is_union(hint: Any) -> bool:
+    return isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+
+
+def _describe(hint: Any) -> str:
+    """What a JSON value of ``hint`` is, for the error message: ``an int``, ``a list of 2
+    ints or null``."""
+    if _is_union(hint):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        return " or ".join(map(_describe, inner)) + " or null"
+    if hint is tuple or typing.get_origin(hint) is tuple:
+        args = typing.get_args(hint)
+        if not args:
+            return "a list"
+        if args[-1] is Ellipsis:
+            return f"a list of {_describe(args[0]).split(' ', 1)[1]}s"
+        return f"a list of {len(args)} {_describe(args[0]).split(' ', 1)[1]}s"
+    return _NAMES.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _value(hint: Any, value: Any) -> Any:
+    """``value`` as a field of type ``hint`` holds it (an int of a float field as a float, a
+    list as a tuple).
+
+    Raises:
+      _Mismatch: ``value`` is not of type ``hint``.
+    """
+    if _is_union(hint):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        for a in inner:
+            try:
+                return _value(a, value)
+            except _Mismatch:
+                pass
+        raise _Mismatch
+    if hint is tuple or typing.get_origin(hint) is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise _Mismatch
+        if not args:  # label_names: the JSON scalars of a table's labels
+            if any(isinstance(v, (list, dict)) for v in value):
+                raise _Mismatch
+            return tuple(value)
+        if args[-1] is Ellipsis:
+            return tuple(_value(args[0], v) for v in value)
+        if len(value) != len(args):
+            raise _Mismatch
+        return tuple(_value(a, v) for a, v in zip(args, value))
+    if isinstance(value, bool) != (hint is bool):
+        raise _Mismatch
+    if hint is float and isinstance(value, int):
+        return float(value)
+    if not isinstance(value, hint):
+        raise _Mismatch
+    return value
+
+
+def check_fields(where: str, saved: dict[str, Any]) -> dict[str, Any]:
+    """``saved``'s fields as a :class:`TrainConfig` holds them, each of its declared type.
+
+    Raises:
+      ValueError: ``<where>: "rounds" must be an int, got "1"``, or an unknown key (all of
+        them named).
+    """
+    hints = _hints()
+    unknown = sorted(k for k in saved if k not in hints)
+    if unknown:
+        raise ValueError(f"{where}: unknown key{'s' * (len(unknown) > 1)} "
+                         f"{', '.join(json.dumps(k) for k in unknown)}: no setting of this "
+                         f"version is called so")
+    out = {}
+    for k, v in saved.items():
+        try:
+            out[k] = _value(hints[k], v)
+        except _Mismatch:
+            raise ValueError(f"{where}: {json.dumps(k)} must be {_describe(hints[k])}, got "
+                             f"{json.dumps(v)}") from None
+    return out
+
+
+def merge(path: str, args: dict[str, Any], given: set[str]) -> tuple[dict[str, Any], list[str]]:
+    """``args`` (the parsed ``train`` options) with every option not ``given`` on the command
+    line taken from the saved configuration ``path``, except :data:`OWN`.
+
+    Returns:
+      ``(merged, defaulted)``: the options, and the fields that ``path`` lacks and the command
+      line does not give, which keep their defaults (a configuration of an older version).
+
+    Raises:
+      FileNotFoundError: ``path`` does not exist.
+      ValueError: one line starting ``--config PATH:``: not valid JSON, not an object, an
+        unknown key, a value of another type than its field's, or no :data:`REQUIRED` field
+        (when the command line does not give it either).
+    """
+    from fedjax_sc.run import rundir
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--config {path}: no such file")
+    saved = rundir.read_json(Path(path))
+    where = f"--config {path}"
+    if not isinstance(saved, dict):
+        raise ValueError(f"{where}: not a run's config.json (a JSON object of its settings)")
+    saved = check_fields(where, saved)
+    for k in REQUIRED:
+        if k not in saved and k not in given:
+            raise ValueError(f"{where}: no {json.dumps(k)}, which every run's config.json "
+                             f"holds; add it or give {flag(k)}")
+    keep = given | set(OWN)
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    defaulted = [k for k in args if k in fields and k not in keep and k not in saved]
+    merged = {k: (v if k in keep or k not in saved else saved[k]) for k, v in args.items()}
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in merged.items()}, defaulted

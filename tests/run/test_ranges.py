@@ -1,0 +1,34 @@
+"""The optimizers' and heterogeneous clients' numbers are refused when a configuration is
+resolved, before any corpus is read, naming their flags (fedjax_sc.run.ranges)."""
+
+import pytest
+
+from fedjax_sc.run import cli, ranges
+from fedjax_sc.run.config import TrainConfig
+
+BAD = [
+    (["--client-dropout", "1.5"], "--client-dropout must lie in [0, 1], got 1.5"),
+    (["--straggler-fraction", "-1"], "--straggler-fraction must lie in [0, 1], got -1.0"),
+    (["--local-steps", "x"], "--local-steps 'x': give N or LO:HI (integers)"),
+    (["--local-steps", "0"], "--local-steps must be >= 1, got 0"),
+    (["--lr", "-1"], "--lr must be >= 0, got -1.0"),
+    (["--embedding-lr", "-0.5"], "--embedding-lr must be >= 0, got -0.5"),
+    (["--momentum", "1.5"], "--momentum must be in [0, 1), got 1.5"),
+    (["--server-opt", "adam", "--server-lr", "0"], "--server-lr must be > 0, got 0.0"),
+]
+
+
+@pytest.mark.parametrize("flags, message", BAD)
+def test_bad_numbers_fail_before_the_corpus_is_read(tmp_path, capsys, flags, message):
+    out = tmp_path / "run"
+    assert cli.main(["train", "--rounds", "1", "--out", str(out), *flags]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == f"fedjax-sc: error: {message}\n"
+    assert not captured.out and not out.exists()  # no "scene synthetic: ..." line: not read
+
+
+def test_the_configuration_is_checked_as_it_is_resolved():
+    with pytest.raises(ValueError, match=r"--momentum must be a number, got 'x'"):
+        TrainConfig(momentum="x").resolved()
+    work = ranges.check(TrainConfig(local_steps="2:3", client_dropout=0.5).resolved())
+    assert (work.steps_range, work.dropout) == ((2, 3), 0.5)
