@@ -57,7 +57,9 @@ def apfl(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float
     Args:
       model: the classifier (``TextClassifier`` without a FURL vector); the algorithm's model
         is ``PersonalCopy(model, alpha)``.
-      learning_rate, momentum, embedding_learning_rate: client SGD of w and v (paper: eta).
+      learning_rate: the step size of the client SGD of w and v (paper: eta).
+      momentum: its momentum.
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
       alpha: alpha_i's initial value in [0, 1] (a Python number: it sets the initial params).
       alpha_learning_rate: eta_a >= 0, plain SGD with clipping (None: ``learning_rate``; 0:
         alpha fixed).

@@ -34,8 +34,12 @@ from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM, client_sgd
 from fedjax_sc.models.asp import ASPClassifier
 
 RULES = {"private": r"^private_", "shared": r"^(embedding|encoder|discriminator)/"}
+"""ASP's leaf rules: the private branch private; the shared branch and the domain
+discriminator shared."""
 ADVERSARIAL_WEIGHT = 0.05
+"""lambda_adv, the default weight of the adversarial loss."""
 ORTHOGONALITY_WEIGHT = 0.01
+"""gamma, the default weight of the orthogonality constraint."""
 
 
 def orthogonality(shared: jax.Array, private: jax.Array, mask: jax.Array) -> jax.Array:
@@ -85,7 +89,9 @@ def asp(model: ASPClassifier, learning_rate: float = LEARNING_RATE, momentum: fl
 
     Args:
       model: ``ASPClassifier`` with ``num_domains`` = the number of clients.
-      learning_rate, momentum, embedding_learning_rate: SGD.
+      learning_rate: the step size of the SGD.
+      momentum: its momentum.
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
       adversarial: lambda_adv (>= 0).
       orthogonal: gamma (>= 0).
       schedule: the multi-task step schedule, ``alternate`` (Liu et al.: one domain's batch

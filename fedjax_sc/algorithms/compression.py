@@ -87,7 +87,8 @@ def energy_kept(eigenvalues: jax.Array, d1: int, d2: int) -> jax.Array:
 
     Args:
       eigenvalues: float ``[d]`` in decreasing order.
-      d1, d2: the band, 1-based and inclusive.
+      d1: the band's first component, 1-based.
+      d2: the band's last component, inclusive.
     """
     total = jnp.sum(eigenvalues)
     kept = jnp.sum(eigenvalues[d1 - 1:d2])
@@ -99,8 +100,9 @@ def pca_compress(d1: int, d2: int, table: str = EMBEDDING_TABLE,
     """Upload transform sending ``table`` as its projection on principal components d1..d2.
 
     Args:
-      d1, d2: the band, 1-based and inclusive, ``1 <= d1 <= d2 <= d`` (paper: d = 200,
+      d1: the band's first component, 1-based, ``1 <= d1 <= d2 <= d`` (paper: d = 200,
         d1 = 2, d2 = 150; with GloVe 50d the same proportions are d1 = 2, d2 = 38).
+      d2: the band's last component, inclusive.
       table: ``/``-joined path of the ``[rows, d]`` table in the shared params.
       center: centre the rows before the PCA (see the module docstring).
 

@@ -87,7 +87,9 @@ def ditto(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: floa
 
     Args:
       model: ``TextClassifier``.
-      learning_rate, momentum, embedding_learning_rate: client SGD, for both copies.
+      learning_rate: the step size of the client SGD, for both copies.
+      momentum: its momentum.
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
       lam: see :func:`personalized`.
 
     Raises:

@@ -20,6 +20,8 @@ from fedjax_sc.algorithms.losses import cross_entropy
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM, client_sgd
 
 FURL_RULES = {"private": r"^user/", "shared": r"^(embedding|encoder|classifier)/"}
+"""Leaf rules of a model with a FURL user vector: the vector private, every other leaf
+shared."""
 
 
 def fedavg(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,

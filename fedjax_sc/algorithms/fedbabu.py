@@ -61,8 +61,10 @@ def fedbabu(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: fl
 
     Args:
       model: ``TextClassifier``.
-      learning_rate, momentum, embedding_learning_rate: client SGD of the body
+      learning_rate: the step size of the client SGD of the body
         (:func:`fedjax_sc.algorithms.optimizers.client_sgd`).
+      momentum: its momentum.
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
 
     Returns:
       The :class:`Algorithm`: every leaf shared (a FURL user vector private, trained), the

@@ -108,7 +108,9 @@ def feddyn(model: nn.Module, num_clients: int, learning_rate: float = LEARNING_R
     Args:
       model: the classifier (``TextClassifier``).
       num_clients: N.
-      learning_rate, momentum, embedding_learning_rate: client SGD (paper: 0.01, 0.9).
+      learning_rate: the step size of the client SGD (paper: 0.01).
+      momentum: its momentum (paper: 0.9).
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
       alpha: the regulariser's weight (> 0; default 0.01).
 
     Raises:

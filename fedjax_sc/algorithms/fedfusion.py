@@ -77,7 +77,9 @@ def fedfusion(model: FusionClassifier, learning_rate: float = LEARNING_RATE,
 
     Args:
       model: ``FusionClassifier`` (its ``fusion`` attribute picks the operator).
-      learning_rate, momentum, embedding_learning_rate: client SGD.
+      learning_rate: the step size of the client SGD.
+      momentum: its momentum.
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
       private_embedding: keep each client's word embedding private (Li et al. 2021's run,
         the default); False averages every leaf (Yao et al. 2019).
       gamma_momentum: the server's momentum on the ``multi`` / ``single`` fusion weight

@@ -28,8 +28,11 @@ import jax.numpy as jnp
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
 
 DEFAULT_CLUSTERS = 10
+"""q, the K-Means clusters per client."""
 DEFAULT_ITERATIONS = 10
+"""Lloyd iterations of the K-Means."""
 DEFAULT_WEIGHT = 0.1
+"""alpha, the weight of the consistency loss (Eq. 8)."""
 FEATURE_CHUNK = 200
 """Examples embedded per forward pass when extracting the knowledge."""
 

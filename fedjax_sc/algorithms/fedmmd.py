@@ -91,8 +91,12 @@ def fedmmd(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: flo
 
     Args:
       model: ``TextClassifier``.
-      learning_rate, momentum, embedding_learning_rate: client SGD.
-      weight, bandwidth, kernel: see :func:`mmd_penalty`.
+      learning_rate: the step size of the client SGD.
+      momentum: its momentum.
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
+      weight: see :func:`mmd_penalty`.
+      bandwidth: see :func:`mmd_penalty`.
+      kernel: see :func:`mmd_penalty`.
 
     Raises:
       ValueError: see :func:`mmd_penalty`.

@@ -27,8 +27,10 @@ from fedjax_sc.algorithms import hparams
 from fedjax_sc.algorithms.base import Algorithm
 
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam", "yogi", "adagrad")
+"""The server optimizers by name."""
 
 DEFAULT_LR = {"sgd": 1.0, "momentum": 1.0, "adam": 0.01, "yogi": 0.01, "adagrad": 0.01}
+"""The server learning rate eta of each server optimizer when none is given."""
 DEFAULT_TAU = 1e-3
 """Adaptivity eps (Reddi et al.'s tau) of adam, yogi and adagrad."""
 DEFAULT_MOMENTUM = 0.9

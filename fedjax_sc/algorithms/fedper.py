@@ -15,6 +15,8 @@ from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 
 RULES = {"private": r"^(classifier|user)/", "shared": r"^(embedding|encoder)/"}
+"""FedPer's leaf rules: the classifier (and a FURL user vector) private, the embedding and
+encoder shared."""
 
 
 def fedper(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,

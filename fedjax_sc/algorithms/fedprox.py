@@ -71,7 +71,9 @@ def fedprox(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: fl
 
     Args:
       model: the classifier (``TextClassifier``).
-      learning_rate, momentum, embedding_learning_rate: client SGD (paper: 0.01, 0.9).
+      learning_rate: the step size of the client SGD (paper: 0.01).
+      momentum: its momentum (paper: 0.9).
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
       mu: proximal weight (>= 0; default 0.01).
 
     Raises:

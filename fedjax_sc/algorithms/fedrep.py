@@ -44,6 +44,7 @@ from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 HEAD = r"^(classifier/output|user)/"
 """The head's leaves: the classifier's output layer (and a FURL user vector)."""
 RULES = {"private": HEAD, "shared": r"^(embedding|encoder|classifier/hidden)/"}
+"""FedRep's leaf rules: the head private, the representation shared."""
 DEFAULT_HEAD_STEPS = 200
 """tau_h in real local steps (see the module docstring)."""
 
@@ -102,8 +103,10 @@ def fedrep(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: flo
 
     Args:
       model: ``TextClassifier``.
-      learning_rate, momentum, embedding_learning_rate: client SGD
+      learning_rate: the step size of the client SGD
         (:func:`fedjax_sc.algorithms.optimizers.client_sgd`), one optimizer for both parts.
+      momentum: its momentum.
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
       head_steps: tau_h, the real local steps per round that train the head (>= 0).
 
     Returns:

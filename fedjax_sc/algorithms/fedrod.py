@@ -105,15 +105,17 @@ def fedrod(model: FedRoDClassifier, learning_rate: float = LEARNING_RATE,
 
     Args:
       model: :class:`FedRoDClassifier`.
-      learning_rate, momentum, embedding_learning_rate: client SGD (both heads and the body).
+      learning_rate: the step size of the client SGD (both heads and the body).
+      momentum: its momentum.
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
 
     Returns:
       The :class:`Algorithm`: private leaves ``personal/`` (+ ``user/``); Ap on g + p (mode
       ``full``), Ag on the generic head.
 
     Raises:
-      TypeError: another model. ValueError: see :func:`~fedjax_sc.algorithms.optimizers.
-      client_sgd`.
+      TypeError: another model.
+      ValueError: see :func:`~fedjax_sc.algorithms.optimizers.client_sgd`.
     """
     if not isinstance(model, FedRoDClassifier):
         raise TypeError(f"fedrod needs a FedRoDClassifier, got {type(model).__name__}")

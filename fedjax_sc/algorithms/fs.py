@@ -23,7 +23,9 @@ def fs(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float =
 
     Args:
       model: ``TextClassifier``.
-      learning_rate, momentum, embedding_learning_rate: SGD (paper: 0.01, 0.9).
+      learning_rate: the step size of the SGD (paper: 0.01).
+      momentum: its momentum (paper: 0.9).
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
 
     Raises:
       ValueError: invalid optimizer settings.

@@ -27,7 +27,9 @@ def indiv(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: floa
 
     Args:
       model: ``TextClassifier``.
-      learning_rate, momentum, embedding_learning_rate: client SGD.
+      learning_rate: the step size of the client SGD.
+      momentum: its momentum.
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
 
     Raises:
       ValueError: invalid optimizer settings.

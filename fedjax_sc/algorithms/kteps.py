@@ -86,11 +86,17 @@ def kteps(model: PrivateSharedClassifier, learning_rate: float = LEARNING_RATE,
     Args:
       model: ``PrivateSharedClassifier`` (KTEPS: ``private_from="classifier"``,
         ``projection=True``).
-      learning_rate, momentum, embedding_learning_rate: client SGD (paper: 0.01, 0.9).
-      lambda_kt, lambda_div, temperature, bandwidth, hsic_normalization: see
-        :func:`kteps_loss`. Default ``biased``: the estimator of Gretton et al. 2005 that the
-        paper cites, whose scale does not grow with the batch; ``none`` is the reading under
-        which the paper's remarks on lambda2 hold (docs/choices.md).
+      learning_rate: the step size of the client SGD (paper: 0.01).
+      momentum: its momentum (paper: 0.9).
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
+      lambda_kt: see :func:`kteps_loss`.
+      lambda_div: see :func:`kteps_loss`.
+      temperature: see :func:`kteps_loss`.
+      bandwidth: see :func:`kteps_loss`.
+      hsic_normalization: see :func:`kteps_loss`. Default ``biased``: the estimator of
+        Gretton et al. 2005 that the paper cites, whose scale does not grow with the batch;
+        ``none`` is the reading under which the paper's remarks on lambda2 hold
+        (docs/choices.md).
       name: the algorithm's name in metrics and reports.
 
     Returns:

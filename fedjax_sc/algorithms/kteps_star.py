@@ -44,8 +44,9 @@ def kteps_star(model: PrivateSharedClassifier, *, d1: int, d2: int, sigma: float
     Args:
       model: the KTEPS model (``PrivateSharedClassifier(private_from="classifier",
         projection=True)``).
-      d1, d2: the band of principal components, 1-based inclusive (see
+      d1: the band of principal components d1..d2, 1-based inclusive (see
         :func:`~fedjax_sc.algorithms.compression.pca_compress`).
+      d2: the band's last component.
       sigma: upload noise std (:func:`~fedjax_sc.algorithms.noise.gaussian_noise`).
       center: centre the rows before the PCA.
       **kteps_kwargs: learning rates and loss settings of

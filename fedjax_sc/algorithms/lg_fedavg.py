@@ -13,6 +13,8 @@ from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 
 RULES = {"private": r"^(embedding|encoder|user)/", "shared": r"^classifier/"}
+"""LG-FedAvg's leaf rules: the local representation (embedding, encoder, a FURL user vector)
+private, the classifier shared."""
 
 
 def lg_fedavg(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,

@@ -20,7 +20,9 @@ from flax import traverse_util
 from fedjax_sc.algorithms.base import Params
 
 PRIVATE = "private"
+"""The label of the leaves a client keeps to itself."""
 SHARED = "shared"
+"""The label of the leaves the clients upload and the server aggregates."""
 
 
 def leaf_paths(params: Params) -> list[str]:

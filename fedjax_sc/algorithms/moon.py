@@ -47,8 +47,9 @@ def contrastive_loss(z: jax.Array, z_glob: jax.Array, z_prev: jax.Array, mask: j
     """l_con of MOON's Eq. 1, averaged over the real examples.
 
     Args:
-      z, z_glob, z_prev: float ``[B, f]`` representations of the local, global and previous
-        local models.
+      z: float ``[B, f]`` representations of the local model.
+      z_glob: the same for the global model.
+      z_prev: the same for the previous local model.
       mask: bool ``[B]``, the batch's real examples.
       temperature: tau > 0.
       has_previous: float32 scalar, 1 where a previous model exists, 0 in a client's first
@@ -129,8 +130,11 @@ def moon(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float
 
     Args:
       model: ``TextClassifier``.
-      learning_rate, momentum, embedding_learning_rate: client SGD.
-      mu, temperature: see :func:`model_contrastive`.
+      learning_rate: the step size of the client SGD.
+      momentum: its momentum.
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
+      mu: see :func:`model_contrastive`.
+      temperature: see :func:`model_contrastive`.
 
     Raises:
       ValueError: see :func:`model_contrastive`.

@@ -101,8 +101,10 @@ def per_fedavg(model: nn.Module, learning_rate: hparams.Value = LEARNING_RATE,
     Args:
       model: ``TextClassifier``.
       learning_rate: beta, the outer step size (the client SGD's).
-      momentum, embedding_learning_rate: the client SGD's.
-      alpha, variant: see :func:`meta_gradient`.
+      momentum: the client SGD's momentum.
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
+      alpha: see :func:`meta_gradient`.
+      variant: see :func:`meta_gradient`.
 
     Returns:
       The :class:`Algorithm` (no private leaves but a FURL vector; Ag: the meta-model).

@@ -46,6 +46,7 @@ DEFAULT_PERSONAL_LEARNING_RATE = 0.09
 DEFAULT_BETA = 1.0
 """beta, the server's step towards the clients' mean (``--beta 1``)."""
 RULES = {"private": f"^{PREFIX}", "shared": f"^(?!{PREFIX})"}
+"""pFedMe's leaf rules: the personal copy theta private, the global w shared."""
 
 
 def moreau_gradient(lam: float, steps: int, personal_learning_rate: float):
@@ -102,8 +103,12 @@ def pfedme(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: flo
     Args:
       model: the classifier (``TextClassifier`` without a FURL vector); the algorithm's model
         is ``PersonalCopy(model)``: w and the client's theta.
-      learning_rate, momentum, embedding_learning_rate: client SGD of w (paper: eta).
-      lam, steps, personal_learning_rate: lambda, K, p (:func:`moreau_gradient`).
+      learning_rate: the step size of the client SGD of w (paper: eta).
+      momentum: its momentum.
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
+      lam: lambda (:func:`moreau_gradient`).
+      steps: K (:func:`moreau_gradient`).
+      personal_learning_rate: p (:func:`moreau_gradient`).
       beta: > 0 (a traced value goes through an SGD server step; a concrete 1 keeps the mean).
 
     Raises:

@@ -54,7 +54,9 @@ def pfl_da(model: PrivateSharedClassifier, learning_rate: float = LEARNING_RATE,
     Args:
       model: ``PrivateSharedClassifier(private_from="embedding", projection=False,
         gated=True)``.
-      learning_rate, momentum, embedding_learning_rate: client SGD.
+      learning_rate: the step size of the client SGD.
+      momentum: its momentum.
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
 
     Returns:
       The :class:`Algorithm`; Ap uses the gated mixture (mode ``sp``).

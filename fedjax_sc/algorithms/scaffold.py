@@ -57,8 +57,10 @@ def control_variates(algorithm: Algorithm, learning_rate: hparams.Value,
     Args:
       algorithm: a stateless algorithm (its loss, upload and aggregator are kept); the
         variates cover its shared leaves (a private leaf is not corrected).
-      learning_rate, momentum, embedding_learning_rate: the client SGD the algorithm runs
-        (eta, rho; the tables' eta), read by option II.
+      learning_rate: the step size of the client SGD the algorithm runs (eta, rho; the
+        tables' eta), read by option II.
+      momentum: its momentum.
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
       num_clients: N (line 17's mean over every client).
       global_lr: eta_g (> 0); 1 keeps the aggregate as it is.
 
@@ -119,7 +121,9 @@ def scaffold(model: nn.Module, num_clients: int, learning_rate: float = LEARNING
     Args:
       model: the classifier (``TextClassifier``).
       num_clients: N.
-      learning_rate, momentum, embedding_learning_rate: client SGD (paper: 0.01, 0.9).
+      learning_rate: the step size of the client SGD (paper: 0.01).
+      momentum: its momentum (paper: 0.9).
+      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
       global_lr: eta_g (default 1).
 
     Raises:

@@ -231,12 +231,13 @@ def paired_ag_difference(hits_a: Any, hits_b: Any, mask: Any, resamples: int = 1
     seeds' spread and the test sample's noise: a two-level bootstrap.
 
     Args:
-      hits_a, hits_b: bool ``[K, n]`` (one model a side) or ``[S, K, n]`` (S seeds a side,
+      hits_a: bool ``[K, n]`` (one model a side) or ``[S, K, n]`` (S seeds a side,
         paired by index), True where the model classifies client k's test example i
         correctly (:func:`make_example_hits`); or float scores in [0, 1] of the same shape,
         e.g. the share of the Ap phase's evaluations that get the example right
         (:attr:`fedjax_sc.core.personalize.Personalization.correct` / n_Z), for Ap (Eq. 16)
         in place of Ag.
+      hits_b: the same for model B.
       mask: bool ``[K, n]``, True at real examples. Clients without any are left out.
       resamples: bootstrap draws.
       seed: the NumPy seed of the draws.

@@ -109,7 +109,8 @@ def reduce_table_rows(stacked, weights: jax.Array, ids: jax.Array | None,
     Args:
       stacked: a pytree of ``[K, ...]`` leaves.
       weights: float ``[K]``.
-      ids, vmask: int32 and bool ``[K, R]``, each client's rows (None: no table by rows).
+      ids: int32 ``[K, R]``, each client's rows (None: no table by rows).
+      vmask: bool ``[K, R]``, True at the real entries of ``ids`` (None with ``ids``).
       sizes: ``{table path: V}`` of the tables held by rows.
     """
     tables = list(sizes) if ids is not None else []

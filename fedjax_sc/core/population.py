@@ -121,7 +121,8 @@ def build_population_round(build: Builder, *, batch_size: int, local_epochs: int
     Args:
       build: the members' algorithm builder; its Python-level structure (algorithm, model,
         leaf rules, upload chain) must not depend on the values.
-      batch_size, local_epochs: B and E, shared by the members.
+      batch_size: B, shared by the members.
+      local_epochs: E, shared by the members.
       trainer: the round builder (default: the algorithm's centralised trainer when it has
         one, else :func:`fedjax_sc.core.round.build_round`).
       per_member_data: ``clients`` is stacked ``[P, ...]`` too (each member sampled its own

@@ -48,9 +48,11 @@ import jax.numpy as jnp
 from fedjax_sc.models.text_classifier import MLP, PAD, BiGRU, Embedding, seq_mean
 
 FUSIONS = ("conv", "multi", "single")
+"""The fusion operators (see the module docstring)."""
 
 
 CONV_INITS = ("pytorch", "half_identity")
+"""The initialisations of the ``conv`` fusion operator."""
 
 
 def _half_identity_pair(key, shape, dtype=jnp.float32):

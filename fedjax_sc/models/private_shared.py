@@ -44,6 +44,7 @@ from fedjax_sc.models.text_classifier import (
 )
 
 PRIVATE_FROM = ("classifier", "encoder", "embedding")
+"""The values of ``private_from``: where the private branch starts."""
 
 
 class TwoBranchOutput(NamedTuple):

@@ -27,9 +27,11 @@ import numpy as np
 
 from fedjax_sc.models.gru import gru_recurrence
 
-PAD = 0  # token id of <pad>; must match fedjax_sc.data.vocab.PAD
+PAD = 0
+"""Token id of ``<pad>``; must match :data:`fedjax_sc.data.vocab.PAD`."""
 
 Params = Any
+"""A params pytree (nested dict of arrays)."""
 
 
 class BiGRU(nn.Module):

@@ -8,14 +8,11 @@ options are checked by its builder.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from fedjax_sc.algorithms import hparams
 from fedjax_sc.core.heterogeneity import LocalWork
 from fedjax_sc.run.plumbing.flags import flag
-
-if TYPE_CHECKING:
-    from fedjax_sc.run.config import TrainConfig
 
 RANGES = {
     "lr": (lambda v: v >= 0, ">= 0"),
@@ -28,9 +25,9 @@ None, the optimizer's default, is not checked); ``--client-dropout`` and the oth
 heterogeneous-clients settings: :func:`local_work`."""
 
 
-def check(c: TrainConfig) -> LocalWork:
-    """Checks the numbers of :data:`RANGES` and the heterogeneous-clients setting of ``c``
-    (its presets filled in).
+def check(c: Any) -> LocalWork:
+    """Checks the numbers of :data:`RANGES` and the heterogeneous-clients setting of ``c`` (a
+    ``TrainConfig``, or any object with its fields; its presets filled in).
 
     Returns:
       ``c``'s :class:`~fedjax_sc.core.heterogeneity.LocalWork` (:func:`local_work`).
@@ -44,7 +41,7 @@ def check(c: TrainConfig) -> LocalWork:
     return local_work(c)
 
 
-def local_work(c: TrainConfig) -> LocalWork:
+def local_work(c: Any) -> LocalWork:
     """The heterogeneous-clients setting of a resolved config (``--local-steps``,
     ``--client-dropout``, ``--straggler-fraction``, ``--straggler-policy``,
     ``--aggregation``), with the client optimizer's momentum and FedProx's eta * mu for
