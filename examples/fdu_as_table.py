@@ -11,10 +11,22 @@ the FDU scene's vocabulary and figures::
         --domains MR apparel baby books --csv /tmp/fdu4.csv
     fedjax-sc train --scene table --data /tmp/fdu4.csv --text-column text \\
         --label-column label --client-column domain --split-column split \\
-        --embeddings glove-6b-50d --rounds 1 --out runs/fdu4-table
+        --tokenizer whitespace --embeddings glove-6b-50d --rounds 1 --out runs/fdu4-table
     fedjax-sc train --scene fdu --data-dir ../shared/data/fdu-mtl \\
         --domains MR apparel baby books --embeddings glove-6b-50d --rounds 1 \\
         --out runs/fdu4-fdu
+
+FDU-MTL's texts are lower-cased and tokenised (``do n't``, ``great !``), so the commands above
+keep them as they are with ``--tokenizer whitespace``. ``--detokenize`` writes them as raw
+review text instead, the kind of CSV a user has: ``sacremoses``' English Moses detokeniser
+(``pip install sacremoses``) attaches punctuation and quotes (``great !`` -> ``great!``,
+``( x )`` -> ``(x)``, ``` `` x '' ``` -> ``"x"``), a regex joins the clitic ``n't`` (``do n't``
+-> ``don't``, ``ca n't`` -> ``can't``, ``wo n't`` -> ``won't``), and sentence starts and the
+word ``i`` are capitalised. Training on it with the default ``--tokenizer basic`` then checks
+that the table scene's tokeniser finds GloVe's words in raw text (docs/data.md)::
+
+    python examples/fdu_as_table.py --domains books dvd electronics kitchen_housewares \\
+        --detokenize --csv /tmp/fdu4-raw.csv
 
 The table scene refuses a review without text: sports_outdoors holds one (line 1121 of its
 train file), so that domain cannot be exported as it is.
@@ -23,6 +35,9 @@ train file), so that domain cannot be exported as it is.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
+import re
 
 import pyarrow as pa
 import pyarrow.csv
@@ -30,11 +45,34 @@ import pyarrow.csv
 from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu
 from fedjax_sc.data.table import read_table
 
+_CLITIC = {"ca": "can't", "wo": "won't"}
 
-def export(data_dir: str, domains: list[str], path: str) -> int:
-    """Writes the CSV; returns its number of rows. Raises AssertionError when it does not read
-    back to ``read_fdu``'s corpora."""
+
+@functools.cache
+def _moses():
+    from sacremoses import MosesDetokenizer
+    return MosesDetokenizer("en")
+
+
+def detokenize(text: str) -> str:
+    """FDU-MTL's tokenised, lower-cased ``text`` as raw review text (see the module
+    docstring)."""
+    text = text.replace("``", '"').replace("''", '"')
+    out = _moses().detokenize(text.split())
+    out = re.sub(r"\b(ca|wo) n't\b", lambda m: _CLITIC[m.group(1)], out)
+    out = re.sub(r"(\w) n't\b", r"\1n't", out)
+    out = re.sub(r"\bi\b", "I", out)
+    return re.sub(r"(^|[.!?]\s+)([a-z])", lambda m: m.group(1) + m.group(2).upper(), out)
+
+
+def export(data_dir: str, domains: list[str], path: str, detokenized: bool = False) -> int:
+    """Writes the CSV (with ``detokenized``, the texts through :func:`detokenize`); returns
+    its number of rows. Raises AssertionError when it does not read back to ``read_fdu``'s
+    corpora."""
     corpora = read_fdu(data_dir, domains=domains)
+    if detokenized:
+        corpora = {d: {s: dataclasses.replace(c, texts=tuple(map(detokenize, c.texts)))
+                       for s, c in parts.items()} for d, parts in corpora.items()}
     columns = {"text": [], "label": [], "domain": [], "split": []}
     for domain, parts in corpora.items():
         for split in ("train", "test"):
@@ -61,8 +99,10 @@ def main() -> None:
     p.add_argument("--data-dir", default="../shared/data/fdu-mtl")
     p.add_argument("--domains", nargs="+", default=list(FDU_DOMAINS))
     p.add_argument("--csv", required=True, help="the CSV to write (outside the repository)")
+    p.add_argument("--detokenize", action="store_true", help="write the texts as raw review "
+                   "text (needs sacremoses)")
     a = p.parse_args()
-    rows = export(a.data_dir, a.domains, a.csv)
+    rows = export(a.data_dir, a.domains, a.csv, a.detokenize)
     print(f"{rows:,} reviews of {len(a.domains)} domains -> {a.csv}; read back as read_fdu "
           f"gives them")
 

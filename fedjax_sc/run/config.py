@@ -85,6 +85,8 @@ class TrainConfig:
         ``partition_seed`` (default 0.2: FDU-MTL's 400 of 2,000 reviews per domain).
       label_names: table: the label value of each class, filled from the data when a run is
         written (the labels' distinct values, sorted); set, it fixes the classes and order.
+      tokenizer: table: ``basic`` (default), ``whitespace`` or a ``tokenizer.json``
+        (:mod:`fedjax_sc.data.tokenize`); a saved table config without it: ``whitespace``.
       min_partition_size / self_balancing: partition ``dirichlet``: flwr-datasets'
         DirichletPartitioner settings (defaults as flwr-datasets: 10, False).
       algorithm: a key of :data:`ALGORITHMS`.
@@ -136,12 +138,10 @@ class TrainConfig:
       fusion_private_embedding: FedFusion keeps each client's word embedding private (Li et
         al. 2021's run, Sec. 5.5; default True); False averages every leaf (Yao et al.).
       fusion_gamma_momentum: the server's momentum on the ``multi`` / ``single`` fusion
-        weight, ``gamma <- mu * gamma + (1 - mu) * mean`` (Yao et al.'s code: 0.9); 0 averages
-        it.
+        weight, ``gamma <- mu * gamma + (1 - mu) * mean`` (Yao et al.'s code: 0.9; 0: mean).
       kc_clusters / kc_iterations / kc_weight: FedKC's q, Lloyd iterations and alpha
         (fedavg_kc, fedprox_kc; 10, 10, 0.1).
-      asp_adversarial / asp_orthogonal: ASP's lambda_adv and gamma (Liu et al. 2017: 0.05,
-        0.01).
+      asp_adversarial / asp_orthogonal: ASP's lambda_adv, gamma (Liu et al. 2017: 0.05, 0.01).
       asp_schedule: ASP's multi-task steps, ``alternate`` (one domain's batch per step, Liu et
         al.'s loop; default) or ``sum`` (every domain's batch per step, gradients summed).
       server_opt: FedOpt server optimizer on the pseudo-gradient (``sgd``, ``momentum``,
@@ -225,6 +225,7 @@ class TrainConfig:
     split_column: str | None = None
     test_fraction: float | None = None
     label_names: tuple | None = None
+    tokenizer: str | None = None
     min_partition_size: int = flwr_partition.MIN_PARTITION_SIZE
     self_balancing: bool = False
     algorithm: str = "fedavg"
@@ -424,6 +425,7 @@ def config_from_json(fields: dict[str, Any]) -> TrainConfig:
     off)."""
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items() if k in known}
+    fields = {**table_scene.saved_defaults(fields), **fields}
     return TrainConfig(**{**fields, "resume": False, "overwrite": False}).resolved()
 
 
@@ -440,7 +442,8 @@ def config_diff(saved: dict[str, Any], c: TrainConfig) -> dict[str, tuple[Any, A
     ignore = {"rounds", "resume", "overwrite", "out", "ap", "ap_evals", "ap_steps", "data",
               "ap_lr_mult", "ap_mode", "data_dir", "tensorboard", "test_data", "label_names",
               "wandb", "wandb_project", "wandb_mode"}
-    defaults = json.loads(json.dumps(dataclasses.asdict(TrainConfig())))
+    defaults = {**json.loads(json.dumps(dataclasses.asdict(TrainConfig()))),
+                **table_scene.saved_defaults(saved)}
     now = json.loads(json.dumps(dataclasses.asdict(c)))
     return {k: (saved.get(k, defaults[k]), v) for k, v in now.items()
             if k not in ignore and registry.reads(c.algorithm, k)

@@ -6,8 +6,9 @@ field takes a JSON integer only (not ``1.5``, ``"1"`` or ``true``), a ``float`` 
 (an integer too), ``str`` a string, ``bool`` ``true`` / ``false``, ``X | None`` also ``null``,
 a tuple a JSON list of the declared items. A key that is no field is refused. A field the file
 lacks (a configuration written before that option existed) takes its default, and the caller
-is told which ones did; ``scene`` and ``algorithm``, which every run's ``config.json`` holds,
-must be in the file or on the command line.
+is told which ones did; a table run's lacking ``tokenizer`` is ``whitespace``, what it was
+trained with (:func:`fedjax_sc.run.table_scene.saved_defaults`). ``scene`` and ``algorithm``,
+which every run's ``config.json`` holds, must be in the file or on the command line.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from fedjax_sc.run import table_scene
 from fedjax_sc.run.config import TrainConfig
 from fedjax_sc.run.plumbing.flags import flag
 
@@ -145,6 +147,7 @@ def merge(path: str, args: dict[str, Any], given: set[str]) -> tuple[dict[str, A
     if not isinstance(saved, dict):
         raise ValueError(f"{where}: not a run's config.json (a JSON object of its settings)")
     saved = check_fields(where, saved)
+    saved = {**table_scene.saved_defaults(saved), **saved}
     for k in REQUIRED:
         if k not in saved and k not in given:
             raise ValueError(f"{where}: no {json.dumps(k)}, which every run's config.json "

@@ -155,6 +155,10 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
         o.add_argument("--test-fraction", type=float, metavar="F", help="without a test split: "
                        "each client's share held out (at least one example), seeded by "
                        "--partition-seed (default 0.2: FDU-MTL's 400 of 2,000 per domain)")
+        o.add_argument("--tokenizer", metavar="T", help="how texts become words: basic "
+                       "(default: lower-cased, Unicode-normalised, punctuation and clitics split "
+                       "as GloVe's words: don't -> do n't), whitespace (pre-tokenised texts) or "
+                       "a tokenizers tokenizer.json (its tokens are the words)")
     o.add_argument("--min-partition-size", type=int, default=default("min_partition_size"),
                    metavar="M", help="--partition dirichlet: redraw until every client has M "
                    "training examples (at most 11 draws; flwr-datasets' default)")

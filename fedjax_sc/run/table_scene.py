@@ -2,19 +2,24 @@
 a run's configuration: the checks of its :class:`~fedjax_sc.run.config.TrainConfig` fields
 (:func:`check`, from ``TrainConfig.resolved``), its corpora (:func:`load`, from
 ``load_scene``) and the files the run's fingerprint covers (:func:`files`, from
-``corpus_files``). Takes any object with TrainConfig's fields, so that the configuration
-module stays the one place they are declared."""
+``corpus_files``), and how an older ``config.json`` reads (:func:`saved_defaults`). Takes any
+object with TrainConfig's fields, so that the configuration module stays the one place they
+are declared."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from fedjax_sc.run.plumbing.flags import flag
 
 FIELDS = ("data", "test_data", "text_column", "label_column", "client_column", "split_column",
-          "test_fraction", "label_names")
+          "test_fraction", "label_names", "tokenizer")
 """The fields that only ``--scene table`` takes."""
+OLD_TOKENIZER = "whitespace"
+"""The tokeniser of a table run whose ``config.json`` has no ``tokenizer``: the only one
+before ``--tokenizer`` existed, so that such a run is rerun or resumed as it was trained."""
 
 
 class MissingPyarrowError(ImportError, RuntimeError):
@@ -40,18 +45,50 @@ def _resolve(spec: str) -> str:
     return str(Path(spec).expanduser().resolve())
 
 
+def saved_defaults(saved: dict[str, Any]) -> dict[str, Any]:
+    """The values of the fields that a saved ``config.json`` lacks and that its version did
+    not take from :class:`~fedjax_sc.run.config.TrainConfig`'s defaults: ``tokenizer``
+    :data:`OLD_TOKENIZER` for a table run written before ``--tokenizer`` existed."""
+    if saved.get("scene") == "table" and "tokenizer" not in saved:
+        return {"tokenizer": OLD_TOKENIZER}
+    return {}
+
+
+def _tokenize():
+    """:mod:`fedjax_sc.data.tokenize` (its ``tokenizers`` imported when it is used)."""
+    from fedjax_sc.data import tokenize
+    return tokenize
+
+
+def _tokenizer(spec: str | None) -> str:
+    """``--tokenizer`` checked: the default for None, a tokenizer.json's path resolved and
+    read (one line naming the flag and the file when it is missing or unreadable)."""
+    tokenize = _tokenize()
+    spec = tokenize.DEFAULT if spec is None else spec
+    if spec == "basic":
+        tokenize.basic()  # a missing tokenizers package, before any data is read
+    elif spec not in tokenize.TOKENIZERS:
+        tokenize.load_file(spec)
+        spec = str(Path(spec).expanduser().resolve())
+    return spec
+
+
 def check(c: Any) -> dict[str, Any]:
     """The table fields of config ``c`` checked; returns the fields to replace (paths
-    resolved; ``test_fraction`` filled with :data:`fedjax_sc.data.table.DEFAULT_TEST_FRACTION`
-    where no test split is named: no ``test_data``, ``split_column`` or folder that may hold
-    a DatasetDict's ``test``).
+    resolved; ``tokenizer`` :data:`fedjax_sc.data.tokenize.DEFAULT` when unset;
+    ``test_fraction`` filled with :data:`fedjax_sc.data.table.DEFAULT_TEST_FRACTION` where no
+    test split is named: no ``test_data``, ``split_column`` or folder that may hold a
+    DatasetDict's ``test``).
 
     Raises:
-      MissingPyarrowError: ``--scene table`` without pyarrow.
+      MissingPyarrowError: ``--scene table`` without pyarrow; MissingTokenizersError:
+        ``--tokenizer basic`` or a tokenizer.json without ``tokenizers``.
+      FileNotFoundError: a missing tokenizer.json.
       ValueError: a table field for another scene; for ``--scene table``: a missing
         ``--data``, ``--text-column`` or ``--label-column``, ``--data-dir``, ``--domains`` or
         ``--dev-holdout``, a client column with a partition other than natural or none
-        without one, two test splits, a test fraction outside (0, 1).
+        without one, two test splits, a test fraction outside (0, 1), a tokenizer.json that
+        ``tokenizers`` cannot read.
     """
     if c.scene != "table":
         given = [f for f in FIELDS if getattr(c, f) is not None]
@@ -83,28 +120,43 @@ def check(c: Any) -> dict[str, Any]:
         if fraction is not None and not 0 < fraction < 1:
             raise ValueError(f"--test-fraction must lie in (0, 1), got {fraction}")
     return {"data": _resolve(c.data), "test_fraction": fraction,
-            "test_data": None if c.test_data is None else _resolve(c.test_data)}
+            "test_data": None if c.test_data is None else _resolve(c.test_data),
+            "tokenizer": _tokenizer(c.tokenizer)}
 
 
 def load(c: Any):
     """The corpora and class values of a resolved table config, a
     :class:`~fedjax_sc.data.table.TableCorpora` (:func:`~fedjax_sc.data.table.read_table`;
-    ``c.label_names``, when set, fixes the classes and their order)."""
-    return _table().read_table(
+    ``c.label_names``, when set, fixes the classes and their order), each text as the words
+    of ``c.tokenizer`` (:func:`fedjax_sc.data.tokenize.tokenizer`) joined by spaces."""
+    got = _table().read_table(
         c.data, text_column=c.text_column, label_column=c.label_column,
         client_column=c.client_column, split_column=c.split_column, test_data=c.test_data,
         test_fraction=c.test_fraction, label_names=c.label_names, partition=c.partition,
         num_clients=c.num_clients, alpha=c.alpha, beta=c.beta, seed=c.partition_seed,
         min_partition_size=c.min_partition_size, self_balancing=c.self_balancing)
+    if c.tokenizer == OLD_TOKENIZER:
+        return got
+    words = _tokenize().tokenizer(c.tokenizer)
+    corpora = {}
+    for client, parts in got.corpora.items():
+        corpora[client] = {}
+        for split, corpus in parts.items():
+            texts = tuple(words(corpus.texts))
+            corpora[client][split] = dataclasses.replace(
+                corpus, texts=texts, num_empty=sum(not t.split() for t in texts))
+    return got._replace(corpora=corpora)
 
 
 def files(c: Any) -> list[Path]:
     """The files a resolved table config reads: ``--data`` and ``--test-data`` (every file of
-    a datasets folder; the FILE of ``hf:BUILDER:FILE``)."""
+    a datasets folder; the FILE of ``hf:BUILDER:FILE``), and a ``--tokenizer`` file."""
     out = []
     for spec in (c.data, c.test_data):
         if spec is None:
             continue
         path = Path(spec[3:].partition(":")[2] if spec.startswith("hf:") else spec)
         out += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    if c.tokenizer is not None and c.tokenizer not in _tokenize().TOKENIZERS:
+        out.append(Path(c.tokenizer))
     return out
