@@ -64,8 +64,13 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
       **settings: any field of :class:`~fedjax_sc.run.config.TrainConfig` (``scene``,
         ``rounds``, ``lr``, ``resume``, ``overwrite``...).
 
+    ``resume`` of a population trains again from round 0 each member that holds no
+    checkpoint (it never completed round 1, e.g. it diverged in it), in a population of
+    their own, and says so in one line on stderr; the others resume.
+
     Returns:
-      The run's report (as :func:`fedjax_sc.run.train.train`), or the members' reports.
+      The run's report (as :func:`fedjax_sc.run.train.train`), or the members' reports
+      (None for a member that diverged).
 
     Raises:
       ValueError / FileNotFoundError / FileExistsError: as ``fedjax-sc train`` (bad
@@ -85,5 +90,38 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
     configs = members.expand(config, None if seeds is None else [int(s) for s in seeds],
                              parsed)
     Path(config.out).mkdir(parents=True, exist_ok=True)
-    return train_population(configs, log=log, index=Path(config.out) / "population.json",
-                            grid=list(parsed), mesh=mesh)
+    index = Path(config.out) / "population.json"
+    configs, restarted = members.restart_unsaved(configs)
+    if not restarted or len(restarted) == len(configs):
+        return train_population(configs, log=log, index=index, grid=list(parsed), mesh=mesh)
+    return _resume_in_parts(configs, restarted, log, index, list(parsed))
+
+
+def _resume_in_parts(configs: list[Any], restarted: list[int], log: Callable[[str], None],
+                     index: Path, grid: list[str]) -> list[dict[str, Any] | None]:
+    """``--resume`` of a population some of whose members hold no checkpoint
+    (:func:`fedjax_sc.run.members.restart_unsaved`): the others resume as one population,
+    then those train from round 0 as another (a member that diverges again stops, as in a
+    population; the devices are split automatically); ``population.json`` written at the end.
+    One line on stderr names them."""
+    from fedjax_sc.run import members, rundir
+    from fedjax_sc.run.plumbing import processes
+    from fedjax_sc.run.train import NonFiniteUpdateError, train_population
+    fresh = [configs[i] for i in restarted]
+    if processes.primary():
+        print(f"fedjax-sc: --resume: {', '.join(Path(c.out).name for c in fresh)} "
+              f"{'holds' if len(fresh) == 1 else 'hold'} no checkpoint (never completed round "
+              f"1): trained again from round 0; the other members resume and keep their files",
+              file=sys.stderr, flush=True)
+    reports: dict[str, dict[str, Any] | None] = {}
+    for part in ([c for i, c in enumerate(configs) if i not in restarted], fresh):
+        try:
+            got = train_population(part, log=log)
+        except NonFiniteUpdateError as e:  # a part of one member, or all of it, diverged
+            log(f"{e} ({', '.join(Path(c.out).name for c in part)} stopped)")
+            got = [None] * len(part)
+        reports.update(zip((c.out for c in part), got))
+    members.write_index(index, configs, [
+        "finished" if reports[c.out] is not None else
+        f"diverged at round {(rundir.last_round(Path(c.out)) or 0) + 1}" for c in configs], grid)
+    return [reports[c.out] for c in configs]

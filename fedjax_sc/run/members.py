@@ -155,6 +155,30 @@ def write_index(path: Path, configs: Sequence[TrainConfig], status: Sequence[str
                       + "\n")
 
 
+def restart_unsaved(configs: Sequence[TrainConfig]) -> tuple[list[TrainConfig], list[int]]:
+    """``--resume`` of a population: each member whose folder holds its run but no checkpoint
+    (it never completed round 1, e.g. it diverged in it) set to start afresh (``resume``
+    off, ``overwrite`` on: its folder's run files are replaced once every check passed); the
+    others as they are. Nothing is removed here.
+
+    Returns:
+      The configs, and the indices of the members that start afresh.
+
+    Raises:
+      ValueError: such a member's configuration differs from its folder's
+        (:func:`fedjax_sc.run.rundir.check_out_dir`).
+    """
+    out, restarted = [], []
+    for i, c in enumerate(configs):
+        folder = Path(c.out)
+        if c.resume and (folder / "config.json").exists() and rundir.last_round(folder) is None:
+            rundir.check_out_dir(folder, c.resolved())  # the settings it was started with
+            c = dataclasses.replace(c, resume=False, overwrite=True)
+            restarted.append(i)
+        out.append(c)
+    return out, restarted
+
+
 def groups(configs: Sequence[TrainConfig], cap: int | None = None
            ) -> list[list[TrainConfig]]:
     """The configs split into populations: runs that may share a program (equal outside

@@ -127,15 +127,17 @@ def round_row(r: int, m: Any, ag: np.ndarray | None, personal: dict[str, np.ndar
       comm: the communication summary (None for centralised training).
       clients: the indices of the sampled clients (partial participation), else None.
       hetero: heterogeneous clients: the train loss and aux means cover the clients that
-        ran at least one step (``participants`` lists them); without, every client.
+        ran at least one step (``participants`` counts them), and are None when none did
+        (every client dropped out); without, every client.
     """
-    took_part = m.steps > 0 if hetero and np.any(m.steps > 0) else np.ones_like(m.steps, bool)
-    row = {"phase": "round", "round": r, "train_loss": float(np.mean(m.train_loss[took_part])),
+    took_part = m.steps > 0 if hetero else np.ones_like(m.steps, bool)
+    mean = lambda v: float(np.mean(v[took_part])) if took_part.any() else None  # noqa: E731
+    row = {"phase": "round", "round": r, "train_loss": mean(m.train_loss),
            "Ag": None if ag is None else mean_accuracy(ag),
            "seconds": seconds, "client_steps_per_s": int(m.steps.sum()) / seconds,
            "train_loss_per_client": m.train_loss.round(5).tolist(),
            "Ag_per_client": None if ag is None else accuracy_list(ag),
-           "aux": {k: float(np.mean(v[took_part])) for k, v in m.aux.items()},
+           "aux": {k: mean(v) for k, v in m.aux.items()},
            "aux_per_client": {k: v.round(5).tolist() for k, v in m.aux.items()},
            "communication": comm}
     if hetero:

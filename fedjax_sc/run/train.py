@@ -348,7 +348,9 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
             shown = "n/a" if ag is None else f"{row['Ag']:.4f}"
             extra = ("" if personal is None else
                      f" | personal ({p.mode}) {row['personal'][p.mode]:.4f}")
-            say[i](f"round {r:3d}/{c.rounds} | train loss {row['train_loss']:.4f} | Ag {shown}"
+            loss = ("n/a (no client trained)" if row["train_loss"] is None
+                    else f"{row['train_loss']:.4f}")
+            say[i](f"round {r:3d}/{c.rounds} | train loss {loss} | Ag {shown}"
                    f"{extra} | {seconds:6.1f} s | {row['client_steps_per_s']:6.1f} "
                    f"client-steps/s | ETA {_hms(eta)}")
         if index is not None and f"diverged at round {r}" in status:

@@ -33,6 +33,11 @@ RUNTIME_STOPS = ("lost contact with the others",  # ours: the runtime raised an 
 """How a process learns that another one died (processes.py's docstring; docs/scale.md)."""
 
 
+CONNECT_S = 300
+"""``--connect-timeout`` of the tests' processes: on a loaded machine a process may start,
+or load its share, minutes after the other."""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -54,7 +59,7 @@ def _start(out: Path, procs: int, devices: int, *extra: str, scene=SCENE,
     ``devices`` each, with ``env`` added to the environment."""
     port = _free_port()
     command = [sys.executable, "-m", "fedjax_sc.run.cli", "train", *scene, "--out", str(out),
-               *extra]
+               "--connect-timeout", str(CONNECT_S), *extra]
     return [subprocess.Popen(
         command + ([] if procs == 1 else ["--coordinator", f"127.0.0.1:{port}",
                                           "--num-processes", str(procs), "--process-id", str(i)]),
@@ -308,6 +313,29 @@ def test_a_check_failing_in_one_process_stops_every_process(tmp_path):
     assert code1 == 1 and last.startswith("fedjax-sc: error: process 0 of 2 stopped before "
                                           "training:") and "is in use by" in last, err1[-2000:]
     assert not out.exists()
+
+
+MEET = """
+import sys, time
+from fedjax_sc.run.plumbing import processes
+port, me = sys.argv[1], int(sys.argv[2])
+processes.start(f"127.0.0.1:{port}", 2, me, 300)
+if me == 1:  # loading its data on a loaded machine: past gloo's fixed 30 s of set-up
+    time.sleep(40)
+print(processes.allgather_json(me), flush=True)
+"""
+
+
+def test_a_process_reaching_the_first_collective_late_is_waited_for(tmp_path):
+    # once, process 0 gave up 30 s into its first collective ("Gloo context initialization
+    # failed: DEADLINE_EXCEEDED"); the processes now meet in processes.start
+    port = str(_free_port())
+    workers = [subprocess.Popen([sys.executable, "-c", MEET, port, str(i)], cwd=ROOT,
+                                env=_env(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True) for i in range(2)]
+    for i, (code, stdout, stderr) in enumerate(_wait(workers, timeout=600)):
+        assert code == 0, f"process {i}:\n{stderr[-3000:]}"
+        assert stdout.strip().splitlines()[-1] == "[0, 1]", stdout
 
 
 @pytest.mark.parametrize("flags, says", [

@@ -80,6 +80,29 @@ def test_a_diverged_member_is_masked_and_the_others_finish(tmp_path):
     assert len(_rounds(tmp_path / "lr-0.1_seed-0" / "metrics.jsonl")) == 2
 
 
+def test_resume_trains_again_a_member_that_diverged_in_round_1_and_keeps_the_others(
+        tmp_path, capsys):
+    from fedjax_sc.run import api
+    run = lambda **extra: api.train("fedavg", out=tmp_path, grid={"lr": [0.1, 1e30]},  # noqa
+                                    log=_quiet, **dict(TINY, rounds=1, ap=False), **extra)
+    run()
+    good, bad = tmp_path / "lr-0.1_seed-0", tmp_path / "lr-1e+30_seed-0"
+    assert (bad / "config.json").exists() and not list(bad.glob("checkpoints/[0-9]*"))
+    files = {f for f in good.rglob("*") if f.is_file()}
+    saved = {f: f.read_bytes() for f in files if "checkpoints" in f.parts}
+    capsys.readouterr()
+    reports = run(resume=True)  # once refused: "... holds no checkpoint"
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("fedjax-sc:")]
+    assert len(err) == 1 and "lr-1e+30_seed-0 holds no checkpoint" in err[0], err
+    assert reports[0] is not None and reports[1] is None  # it diverged again
+    assert {f for f in files if not f.exists()} == set()  # the finished member's files stay
+    assert {f: f.read_bytes() for f in saved} == saved
+    assert len(_rounds(good / "metrics.jsonl")) == 1 and (good / "report.json").exists()
+    status = [m["status"] for m in
+              json.loads((tmp_path / "population.json").read_text())["members"]]
+    assert status == ["finished", "diverged at round 1"]
+
+
 def test_settings_that_change_the_program_are_refused(tmp_path, capsys):
     a = TrainConfig(**TINY, out=str(tmp_path / "a")).resolved()
     b = TrainConfig(**dict(TINY, hidden=5), out=str(tmp_path / "b")).resolved()

@@ -159,7 +159,29 @@ def test_bad_options_fail_before_training_and_before_an_overwrite_deletes(tmp_pa
 
 
 def test_a_probed_word_never_names_a_path_outside_the_run_folder():
-    from fedjax_sc.run.paper.probe import _safe
-    assert _safe("../../etc/passwd") == ".._.._etc_passwd"
-    assert _safe("a/b\\c d") == "a_b_c_d" and _safe("..") == "_" and _safe("café") == "caf_"
-    assert _safe("good-film_2.0") == "good-film_2.0"
+    from fedjax_sc.run.paper.probe import file_part
+    assert file_part("../../etc/passwd").startswith(".._.._etc_passwd~")
+    assert file_part("a/b\\c d").startswith("a_b_c_d~") and file_part("..").startswith("_~")
+    assert file_part("café").startswith("caf_~") and file_part("good_film_2.0") == "good_film_2.0"
+
+
+def test_probed_words_name_files_of_their_own_within_255_bytes():
+    from fedjax_sc.run.paper.probe import file_part
+    words = ["a/b", "a_b", "a-b", "a b", "a\\b", "café", "cafe", "caf_", "x" * 300, "x" * 301,
+             "", ".", "_"]
+    parts = [file_part(w) for w in words]
+    assert len(set(parts)) == len(words), parts
+    assert file_part("a/b").startswith("a_b~") and file_part("a_b") == "a_b"
+    # client and word never run into each other, and the longest name fits a file name
+    names = {f"probe-{file_part(c)}-{file_part(w)}.json" for c, w in
+             (("a-b", "c"), ("a", "b-c"), ("a", "b~c"), ("a-b~c", "d"))}
+    assert len(names) == 4
+    assert len(f"probe-{file_part('é' * 300)}-{file_part('w' * 999)}.json".encode()) <= 255
+
+
+def test_a_top_k_below_one_is_one_line_before_the_probe_runs(tmp_path, capsys):
+    out = tmp_path / "no-such-run"  # checked before the run is read
+    assert cli.main(["probe", "--out", str(out), "--client", "d0", "--top-k", "0", "-3"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fedjax-sc: error: --top-k 0: K must be >= 1")
+    assert not out.exists()

@@ -106,6 +106,35 @@ def test_round_scalars_name_every_metric_once():
         {"Ap_t/s": 0.1, "Ap_t/sp": 0.3}, {"Ap_t/s": 0.2, "Ap_t/sp": 0.4}]
 
 
+def test_a_round_where_no_client_trained_has_no_train_loss(tmp_path):
+    # every client dropped out (--client-dropout 1.0): no mean of the untrained clients' zeros
+    import csv
+
+    import numpy as np
+
+    from fedjax_sc.core.client import RoundMetrics
+    from fedjax_sc.run import report
+    from fedjax_sc.run.paper import tidy_csv
+    zeros = np.zeros(2, np.float32)
+    m = RoundMetrics(train_loss=zeros, train_accuracy=zeros, steps=np.zeros(2, np.int32),
+                     finite=np.ones(2, bool), aux={"accuracy": zeros})
+    row = report.round_row(1, m, np.asarray([0.5, 0.25]), None, "sp", 1.0, None, None, True)
+    assert row["train_loss"] is None and row["aux"] == {"accuracy": None}
+    assert row["participants"] == 0 and row["Ag"] == 0.375
+    scalars = tracking.round_scalars(row, ["a", "b"])
+    assert "train_loss" not in scalars and not [k for k in scalars if k.startswith("aux/")]
+    assert scalars["participants"] == 0
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+    tidy_csv.metrics_csv([tmp_path], tmp_path / "tidy.csv")
+    with (tmp_path / "tidy.csv").open() as f:
+        means = {r["metric"] for r in csv.DictReader(f) if r["client"] == "all"}
+    assert "train_loss" not in means and "accuracy" not in means and "Ag" in means
+    trained = m._replace(steps=np.asarray([2, 0], np.int32),
+                         train_loss=np.asarray([0.7, 0.0], np.float32))
+    assert report.round_row(1, trained, None, None, "sp", 1.0, None, None, True)[
+        "train_loss"] == pytest.approx(0.7)  # the mean covers the clients that trained
+
+
 def test_wandb_offline_run_holds_the_metrics_config_and_report(tmp_path, wandb_env):
     run = tmp_path / "run"
     assert cli.main(["train", *_flags(dict(TINY, algorithm="kteps")), "--out", str(run),

@@ -17,6 +17,7 @@ so the bands differ only in what is sent.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -75,13 +76,18 @@ def probe(out: str | Path, client: str, word: str = "man",
     Returns:
       ``{"client", "word", "round", "sigma", "bands": [{"d1", "d2", "I_ser": {K: n},
       "I_ag": {K: n}, "top": {"Client"|"Server"|"Agg": [words]}}]}``; also written to
-      ``out/probe-<client>-<word>.json`` (characters other than letters, digits, ``.``,
-      ``_`` and ``-`` written as ``_``: a word never names a path outside ``out``).
+      ``out/probe-<client>-<word>.json`` (each name as :func:`file_part` writes it: two
+      words, or two clients, never share a file, and a word never names a path outside
+      ``out``). A K larger than the client's other words is left out, with a line in ``log``.
 
     Raises:
-      ValueError: unknown client, word not in the client's vocabulary, no band to probe, or
-        the shared params hold no word-embedding table (private embeddings are never sent).
+      ValueError: a K below 1 (checked first), unknown client, word not in the client's
+        vocabulary, no band to probe, or the shared params hold no word-embedding table
+        (private embeddings are never sent).
     """
+    bad = [k for k in ks if k < 1]
+    if bad:
+        raise ValueError(f"--top-k {bad[0]}: K must be >= 1 (the length of a top-K list)")
     c, scene, setup, step, state, client_states = restore_run(out)
     names = list(scene.client_names)
     if client not in names:
@@ -105,7 +111,11 @@ def probe(out: str | Path, client: str, word: str = "man",
         raise ValueError(f"{word!r} does not occur in the training data of client {client}")
     query = int(where[0])
     candidates = np.flatnonzero(real & (ids != UNK) & (ids != PAD) & (np.arange(len(ids)) != query))
+    left_out = [k for k in ks if k > len(candidates)]
     ks = [k for k in ks if k <= len(candidates)]
+    if left_out:
+        log(f"--top-k {' '.join(map(str, left_out))} left out: client {client} has "
+            f"{len(candidates)} other words")
 
     log(f"probe of {out} at round {step} -> replaying round {step + 1}; client {client} "
         f"(|V^k| = {int(real.sum())}), word {word!r}, sigma {sigma}")
@@ -141,7 +151,7 @@ def probe(out: str | Path, client: str, word: str = "man",
                  "top": {name: words(r[:show]) for name, r in ranked.items()}}
         result["bands"].append(entry)
         log(format_band(entry, ks))
-    path = Path(out) / f"probe-{_safe(client)}-{_safe(word)}.json"
+    path = Path(out) / f"probe-{file_part(client)}-{file_part(word)}.json"
     rundir.write_text(path, json.dumps(result, indent=2))
     log(f"written to {path}")
     return result
@@ -160,9 +170,21 @@ def format_band(entry: dict[str, Any], ks: Sequence[int]) -> str:
     return "\n".join(lines)
 
 
-def _safe(text: str) -> str:
-    """``text`` as one file-name component: every character but letters, digits, ``.``,
-    ``_`` and ``-`` becomes ``_`` (a corpus word like ``../x`` or ``a/b`` stays in the run
-    folder); a name of dots only becomes ``_``."""
-    name = re.sub(r"[^\w.-]", "_", text, flags=re.ASCII)
-    return "_" if set(name) <= {"."} else name
+def file_part(text: str) -> str:
+    """``text`` as one part of a file name, different for different texts: ``text`` itself
+    when it is at most :data:`_PART_CHARS` letters, digits, ``.`` and ``_`` (not dots only);
+    else a readable slug (every other character ``_``, ``-`` kept, cut to
+    :data:`_PART_CHARS`), ``~`` and the first 10 hex digits of the text's SHA-256. A corpus
+    word like ``../x`` or ``a/b`` stays in the run folder, ``a/b`` and ``a_b`` name two
+    files, and ``probe-<client>-<word>.json`` stays within a file name's 255 bytes."""
+    if (re.fullmatch(r"[\w.]+", text, flags=re.ASCII) and set(text) != {"."}
+            and len(text) <= _PART_CHARS):
+        return text
+    slug = re.sub(r"[^\w.-]", "_", text, flags=re.ASCII)[:_PART_CHARS]
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{'_' if set(slug) <= {'.'} else slug}~{digest}"
+
+
+_PART_CHARS = 100
+"""The longest slug of :func:`file_part` (two parts and ``probe-``, ``~``, the digests and
+``.json`` stay under 255 bytes)."""

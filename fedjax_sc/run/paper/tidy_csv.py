@@ -59,7 +59,8 @@ def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
             for mode, value in (r.get("personal") or {}).items():
                 add("all", f"personal_{mode}", value)
             for metric, value in (r.get("aux") or {}).items():
-                add("all", metric, value)
+                if value is not None:  # no client trained in the round
+                    add("all", metric, value)
             for key, metric in (("Ag_per_client", "Ag"), ("train_loss_per_client", "train_loss"),
                                 ("personal_per_client", "personal"),
                                 ("local_steps_per_client", "local_steps")):

@@ -16,6 +16,14 @@ Who does what (:func:`primary` is process 0):
   :class:`Agreement`: if one process fails, every process stops with that error instead of
   waiting in a collective for it.
 
+Waiting: the processes meet at the start (:func:`start`), each waited for up to
+``--connect-timeout`` seconds: JAX's coordination service connects them, they start the
+backend, wait for each other at a barrier of that service and run one tiny collective, which
+sets up the CPU collectives' (gloo's) connections between all devices. Gloo gives that set-up
+a fixed 30 s, which no option of JAX or XLA changes: met at the start, a process slower than
+another (a loaded machine) no longer meets it first inside a collective of the run, which
+waits for it up to XLA's ``xla_cpu_collective_timeout_seconds`` (30 minutes by default).
+
 Failure: when a process dies, the others stop within :data:`HEARTBEAT_S` seconds instead of
 hanging. Where the runtime reports the broken collective as an error (gloo with one device per
 process), they print one line (:func:`lost_contact`) and leave at once (:func:`leave`),
@@ -74,7 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--process-id", type=int, metavar="I", help="this process's id, 0..N-1; "
                    "process 0 writes the run folder")
     g.add_argument("--connect-timeout", type=int, default=CONNECT_S, metavar="S",
-                   help="give up when the processes have not all connected after S seconds")
+                   help="give up when the processes have not all connected and met after S "
+                   "seconds (raise it on a loaded machine)")
 
 
 def pop_arguments(args: dict) -> dict:
@@ -89,8 +98,9 @@ def start(coordinator: str | None = None, num_processes: int | None = None,
     """Connects this process to the others (:func:`jax.distributed.initialize`), or does
     nothing for a run of one process. Call it before anything touches a device.
 
-    A process that cannot connect within ``connect_timeout`` seconds prints one line
-    (``fedjax-sc: error: ...``) and exits with status 1 (JAX itself would abort the process).
+    A process that cannot connect and meet the others (:func:`_meet`) within
+    ``connect_timeout`` seconds prints one line (``fedjax-sc: error: ...``) and exits with
+    status 1 (JAX itself would abort the process).
 
     Raises:
       ValueError: some but not all of the three flags, a process id outside ``[0, N)``, N < 1,
@@ -230,8 +240,9 @@ def _check_coordinator(host: str, port: int, process_id: int, timeout: int) -> N
 
 
 def _initialize(where: str, timeout: int, **flags) -> None:
-    """:func:`jax.distributed.initialize` with this module's timeouts, ending the process with
-    one line if the processes have not all connected after ``timeout`` seconds."""
+    """:func:`jax.distributed.initialize` with this module's timeouts, then :func:`_meet`,
+    ending the process with one line if the processes have not all connected and met after
+    ``timeout`` seconds."""
     import jax
     connected = threading.Event()
 
@@ -247,15 +258,38 @@ def _initialize(where: str, timeout: int, **flags) -> None:
             os._exit(1)
 
     threading.Thread(target=watch, name="fedjax-sc-connect", daemon=True).start()
-    try:  # JAX's own limit only backs ours up: its failure aborts the process
+    minutes = -(-(timeout + 30) // 60)  # the CPU backend's topology exchange, at the first
+    for name, default in (("jax_cpu_get_local_topology_timeout_minutes", 2),  # device use
+                          ("jax_cpu_get_global_topology_timeout_minutes", 5)):
+        jax.config.update(name, max(default, minutes))
+    try:  # JAX's own limits only back ours up: their failure aborts the process
         jax.distributed.initialize(**flags, initialization_timeout=timeout + 30,
                                    heartbeat_timeout_seconds=HEARTBEAT_S,
                                    shutdown_timeout_seconds=SHUTDOWN_S)
+        _meet(timeout + 30)
     except (ValueError, TypeError, RuntimeError) as e:
         raise RuntimeError(f"{where}: jax.distributed.initialize failed: {_first_line(e)}"
                            ) from e
     finally:
         connected.set()
+
+
+def _meet(timeout: int) -> None:
+    """Lets the connected processes meet before the run: they start the backend (which
+    exchanges the devices), wait for each other at a barrier of JAX's coordination service
+    (up to ``timeout`` seconds), then run one tiny collective, which connects the collectives
+    of all devices (gloo on CPU) while every process is there. Gloo gives that connection a
+    fixed 30 s; met here, no process reaches it later than another by the time it took to
+    load its data."""
+    import jax
+    import numpy as np
+    from jax._src import distributed  # the coordination service's client (no public name)
+    from jax.experimental import multihost_utils
+    jax.devices()
+    client = distributed.global_state.client
+    if client is not None:
+        client.wait_at_barrier("fedjax-sc met", timeout_in_ms=timeout * 1000)
+    multihost_utils.process_allgather(np.asarray([jax.process_index()], np.int32))
 
 
 def several() -> bool:

@@ -59,7 +59,8 @@ def round_scalars(row: dict[str, Any], clients: Sequence[str]) -> dict[str, floa
 
     Returns:
       ``{name: value}``: accuracies in [0, 1], losses in nats, ``seconds`` in seconds,
-      ``upload_sent_MB_mean`` in MB; a ``None`` entry (no global model) is left out.
+      ``upload_sent_MB_mean`` in MB; a ``None`` entry (no global model; no train loss or
+      aux mean in a round where no client trained) is left out.
     """
     out: dict[str, float] = {}
     for key in ("Ag", "train_loss", "seconds", "participants"):
@@ -68,7 +69,8 @@ def round_scalars(row: dict[str, Any], clients: Sequence[str]) -> dict[str, floa
     for mode, value in (row.get("personal") or {}).items():
         out[f"personal/{mode}"] = value
     for name, value in (row.get("aux") or {}).items():
-        out[f"aux/{name}"] = value
+        if value is not None:
+            out[f"aux/{name}"] = value
     comm = row.get("communication") or {}
     if "upload_sent_MB_mean" in comm:
         out["upload_sent_MB_mean"] = comm["upload_sent_MB_mean"]
