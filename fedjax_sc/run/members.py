@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_sc.run import registry, rundir
+from fedjax_sc.run import registry, rundir, summary
 from fedjax_sc.run.config import TrainConfig
 
 TRACED = {**{registry.config_field(k): k for k, o in registry.OPTIONS.items() if o.traced},
@@ -144,15 +144,16 @@ def write_index(path: Path, configs: Sequence[TrainConfig], status: Sequence[str
                 grid: Sequence[str] = ()) -> None:
     """Writes ``population.json`` (atomically): every member's folder relative to
     ``path``'s folder, seed, grid values and status (``running``, ``finished``, or ``diverged
-    at round r``)."""
+    at round r``), and the summary over the seeds of each grid point that the finished
+    members give (:mod:`fedjax_sc.run.summary`; also the population's ``report.md``)."""
     root = path.parent.resolve()
     members: list[dict[str, Any]] = []
     for c, s in zip(configs, status):
         folder = Path(c.out).resolve()
         members.append({"folder": os.path.relpath(folder, root), "seed": c.seed,
                         "values": {k: getattr(c, k) for k in grid}, "status": s})
-    rundir.write_text(path, json.dumps({"members": members, "grid": list(grid)}, indent=2)
-                      + "\n")
+    index = summary.write(path, {"members": members, "grid": list(grid)})
+    rundir.write_text(path, json.dumps(index, indent=2) + "\n")
 
 
 def restart_unsaved(configs: Sequence[TrainConfig]) -> tuple[list[TrainConfig], list[int]]:

@@ -47,6 +47,30 @@ def test_cli_members_equal_standalone_runs(tmp_path):
                                    rtol=1e-5)
         report = json.loads((pop / m["folder"] / "report.json").read_text())
         assert report["Ap"] == pytest.approx(alone["Ap"], abs=1e-9)
+    _check_summary(pop, index)
+
+
+def _check_summary(pop, index):
+    """population.json summarises each grid point over its seeds (mean, sample std) and
+    report.md shows it; the population's folder exports as its members, seed and grid
+    values as columns."""
+    import csv
+    by_point = {}
+    for m in index["members"]:
+        report = json.loads((pop / m["folder"] / "report.json").read_text())
+        by_point.setdefault(m["values"]["lr"], []).append(report["Ag"])
+    for point in index["summary"]:
+        ags = by_point[point["values"]["lr"]]
+        assert point["seeds"] == [0, 1] and point["finished"] == 2
+        assert point["Ag"]["mean"] == pytest.approx(np.mean(ags))
+        assert point["Ag"]["std"] == pytest.approx(np.std(ags, ddof=1))
+        assert point["Ap"]["mean"] is not None and point["Ag_last10"]["mean"] is not None
+    assert "| lr | seeds | finished | Ag | Ap |" in (pop / "report.md").read_text()
+    assert cli.main(["results", "export", str(pop), "--csv", str(pop / "m.csv")]) == 0
+    rows = list(csv.DictReader((pop / "m.csv").open()))
+    assert list(rows[0])[:3] == ["run", "seed", "lr"]
+    assert {(r["seed"], r["lr"]) for r in rows} == {(str(m["seed"]), str(m["values"]["lr"]))
+                                                    for m in index["members"]}
 
 
 def test_member_params_equal_standalone_and_resume_is_exact(tmp_path):
@@ -182,7 +206,8 @@ def test_results_export_csv_is_tidy_and_holds_every_figure(tmp_path, capsys):
     target = tmp_path / "m.csv"
     assert cli.main(["results", "export", str(run), "--csv", str(target)]) == 0
     rows = list(csv.DictReader(target.open()))
-    assert list(rows[0]) == ["run", "phase", "round", "t", "client", "metric", "value"]
+    assert list(rows[0]) == ["run", "seed", "phase", "round", "t", "client", "metric", "value"]
+    assert {r["seed"] for r in rows} == {"0"}
     last = _rounds(run / "metrics.jsonl")[-1]
     ag = [r for r in rows if (r["round"], r["client"], r["metric"]) == ("2", "all", "Ag")]
     assert float(ag[0]["value"]) == last["Ag"]

@@ -1,5 +1,7 @@
 """A run's ``metrics.jsonl`` as tidy data (``fedjax-sc results export RUN [RUN ...] --csv
-FILE``): one CSV row per measurement, for pandas, R or a spreadsheet."""
+FILE``): one CSV row per measurement, for pandas, R or a spreadsheet. A population's folder
+(``train --seeds/--grid --out DIR``) stands for its members, each row carrying the member's
+seed and grid values."""
 
 from __future__ import annotations
 
@@ -7,16 +9,37 @@ import csv
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from fedjax_sc.run import rundir
 
-CSV_COLUMNS = ("run", "phase", "round", "t", "client", "metric", "value")
-"""The columns of :func:`metrics_csv` (one measurement per row: tidy data)."""
+CSV_COLUMNS = ("run", "seed", "phase", "round", "t", "client", "metric", "value")
+"""The columns of :func:`metrics_csv` (one measurement per row: tidy data); a population's
+grid settings follow ``seed``, one column each."""
+
+
+def _runs(runs: Sequence[str | Path]) -> list[tuple[str, Path, Any, dict[str, Any]]]:
+    """``(label, folder, seed, grid values)`` of every run; a population's folder (one with
+    ``population.json`` and no ``metrics.jsonl``) stands for its members."""
+    out = []
+    for run in runs:
+        folder = Path(run)
+        index = folder / "population.json"
+        if index.is_file() and not (folder / "metrics.jsonl").exists():
+            for m in rundir.read_json(index)["members"]:
+                out.append((str(folder / m["folder"]), folder / m["folder"], m["seed"],
+                            m["values"]))
+            continue
+        config = folder / "config.json"
+        seed = rundir.read_json(config).get("seed", "") if config.is_file() else ""
+        out.append((str(run), folder, seed, {}))
+    return out
 
 
 def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
     """Writes the runs' ``metrics.jsonl`` as one tidy CSV (Python's ``csv`` module), one
-    measurement per row: ``run`` (the folder as given), ``phase`` (``round`` / ``ap``),
+    measurement per row: ``run`` (the folder as given, or a population member's), ``seed``,
+    the population's grid settings (one column each, empty for a run outside one), ``phase`` (``round`` / ``ap``),
     ``round``, ``t`` (the Ap evaluation, empty for rounds), ``client`` (its name, or ``all``
     for a mean over clients), ``metric`` (``Ag``, ``train_loss``, ``personal_<mode>``, an aux
     term, ``seconds``, ``upload_sent_bytes``, ``participants`` and ``local_steps`` with
@@ -31,8 +54,10 @@ def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
         (``file:line``).
     """
     rows: list[tuple] = []
-    for run in runs:
-        folder = Path(run)
+    members = _runs(runs)
+    grid = list(dict.fromkeys(k for *_, values in members for k in values))
+    for run, folder, seed, values in members:
+        settings = (seed, *(values.get(k, "") for k in grid))
         metrics = folder / "metrics.jsonl"
         if not metrics.is_file():
             raise FileNotFoundError(f"{metrics}: no such file (not a run folder?)")
@@ -46,7 +71,7 @@ def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
                 raise ValueError(f"{metrics}:{lineno}: not valid JSON ({e.msg})") from None
             phase, rnd, t = r.get("phase", "round"), r.get("round"), r.get("t", "")
             add = lambda client, metric, value: rows.append(  # noqa: E731
-                (str(run), phase, rnd, t, client, metric, value))
+                (run, *settings, phase, rnd, t, client, metric, value))
             if phase == "ap":
                 for mode, value in (r.get("Ap_t") or {}).items():
                     add("all", f"Ap_t_{mode}", value)
@@ -80,7 +105,7 @@ def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(CSV_COLUMNS)
+        writer.writerow(CSV_COLUMNS[:2] + tuple(grid) + CSV_COLUMNS[2:])
         writer.writerows(rows)
     return len(rows)
 
