@@ -54,16 +54,26 @@ class PopulationFeed:
       first: the first client ``data`` holds.
       member_axis: False for one member whose private leaves and round data carry no member
         axis (:class:`ClientFeed`).
+      padding: how a sampled round pads the example axis
+        (:data:`~fedjax_sc.core.participation.PADDINGS`; default ``bucket``: the largest
+        sampled client's size rounded up to a power of two); every client taking part uses
+        the scene's largest client.
 
     Raises:
-      ValueError: M outside ``[1, N]``, an unknown sampling, P not splitting over the mesh's
-        member axis (or P != 1 without the member axis), or a share with sampling or without
-        the rows its devices need.
+      ValueError: M outside ``[1, N]``, an unknown sampling or padding, P not splitting over
+        the mesh's member axis (or P != 1 without the member axis), or a share with sampling
+        or without the rows its devices need.
     """
 
     def __init__(self, data, private, mesh, seeds: Sequence[int],
                  num_sampled: int | None = None, sampling: str = "uniform",
-                 num_clients: int | None = None, first: int = 0, member_axis: bool = True):
+                 num_clients: int | None = None, first: int = 0, member_axis: bool = True,
+                 padding: str = "bucket"):
+        if padding not in participation.PADDINGS:
+            raise ValueError(f"unknown padding {padding!r}; choose from "
+                             f"{participation.PADDINGS}")
+        self.padding = padding
+        self.slots = self.examples = 0  # example slots and real examples of the last inputs
         self.mesh, self.seeds = mesh, [int(s) for s in seeds]
         self.size = len(self.seeds)
         self.member_axis = member_axis
@@ -123,14 +133,29 @@ class PopulationFeed:
         ``[P, K, ...]``, K = :attr:`round_size` (no P without the member axis)."""
         if self._cached is not None:
             data = self._cached
+            self.slots = self.size * self._cached.mask.shape[-2] * self._cached.mask.shape[-1]
+            self.examples = self.size * int(np.sum(self.data.counts))
         else:
-            data = self._place(self._stack([participation.round_data(
-                self.data, idx, self.sampling, self.devices) for idx in idxs]))
+            rows = [participation.round_data(self.data, idx, self.sampling, self.devices)
+                    for idx in idxs]
+            n = participation.padded_examples(np.concatenate([r.counts for r in rows]),
+                                              self.data.mask.shape[1], self.padding)
+            rows = [participation.trim_examples(r, n) for r in rows]
+            self.slots = sum(r.mask.size for r in rows)
+            self.examples = sum(int(r.counts.sum()) for r in rows)
+            data = self._place(self._stack(rows))
         if self.resident:
             return data, self.private
         rows = [participation.pad_clients(participation.gather(self.member_private(i), idx),
                                           self.devices)[0] for i, idx in enumerate(idxs)]
         return data, self._place(self._stack(rows))
+
+    @property
+    def padding_ratio(self) -> float | None:
+        """The last :meth:`inputs`' example slots over its real examples (every member's; 1.0:
+        no padding; the mesh's padding clients included); None before any or without
+        examples."""
+        return self.slots / self.examples if self.examples else None
 
     def update(self, idxs: Sequence[np.ndarray], private, keep: Sequence[bool]) -> None:
         """Keeps the round's new private leaves ``[P, K, ...]`` of the members whose ``keep``
@@ -189,15 +214,16 @@ class ClientFeed:
       num_sampled: M per round; None = all N.
       sampling: ``uniform`` or ``size`` (:func:`~fedjax_sc.core.participation.sample_clients`).
       seed: the run's seed (sampling draws).
+      padding: the example axis of a sampled round (:class:`PopulationFeed`).
 
     Raises:
-      ValueError: M outside ``[1, N]`` or an unknown sampling.
+      ValueError: M outside ``[1, N]``, an unknown sampling or padding.
     """
 
     def __init__(self, data, private, mesh, num_sampled: int | None = None,
-                 sampling: str = "uniform", seed: int = 0):
+                 sampling: str = "uniform", seed: int = 0, padding: str = "bucket"):
         self._feed = PopulationFeed(data, private, mesh, [seed], num_sampled, sampling,
-                                    member_axis=False)
+                                    member_axis=False, padding=padding)
 
     @property
     def private(self) -> Any:
@@ -218,6 +244,11 @@ class ClientFeed:
         """Clients on the round's client axis: M padded to a multiple of the devices."""
         return self._feed.round_size
 
+    @property
+    def padding_ratio(self) -> float | None:
+        """The last inputs' example slots over real examples (:class:`PopulationFeed`)."""
+        return self._feed.padding_ratio
+
     def sample(self, round_index: int) -> np.ndarray:
         """The round's client indices (all N, in order, without sampling)."""
         return self._feed.sample(round_index)[0]
@@ -229,3 +260,28 @@ class ClientFeed:
     def update(self, idx: np.ndarray, private) -> None:
         """Keeps the round's new private leaves of clients ``idx`` (padding rows dropped)."""
         self._feed.update([idx], private, [True])
+
+
+class CompiledRounds:
+    """A jitted round compiled ahead of time once per distinct input shape (a sampled round's
+    example axis takes one of :func:`~fedjax_sc.core.participation.example_ladder`'s sizes):
+    ``compile(*args)`` lowers and compiles for ``args``' shapes, calling it runs the program
+    of the arguments' shapes, compiling it first when it is new.
+
+    Args:
+      jitted: a ``jax.jit``-ed function (donation and shardings as its ``jit`` says).
+    """
+
+    def __init__(self, jitted):
+        self.jitted, self.programs = jitted, {}
+
+    def compile(self, *args) -> Any:
+        """The compiled program for ``args``' shapes and dtypes (compiled on first use)."""
+        leaves, tree = jax.tree.flatten(args)
+        key = (tree, tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in leaves))
+        if key not in self.programs:
+            self.programs[key] = self.jitted.lower(*args).compile()
+        return self.programs[key]
+
+    def __call__(self, *args) -> Any:
+        return self.compile(*args)(*args)

@@ -4,8 +4,15 @@ set of m clients"; FedNLP, seed paper 002).
 Each round the host samples M client indices, gathers their rows of the (host-side) client data
 and private state, the compiled round runs on those M, and the new private state is scattered
 back. The compiled round, its cost and its device memory depend on M only; the N clients'
-data and private leaves stay in host memory (numpy). Because every sampled batch has the same
-shapes (padded to the largest client of the scene), the round compiles once.
+data and private leaves stay in host memory (numpy).
+
+The sampled clients' example axis is padded to the largest *sampled* client rounded up to the
+next power of two (at most the scene's largest client; :func:`example_bucket`), not to the
+scene's largest client: a round of one-review clients does not carry the longest client's
+padding. The compiled round is then one program per bucket, at most
+``len(example_ladder(n_max))`` = ``ceil(log2 n_max) + 1`` of them. Padded examples are masked
+and a client's real examples keep their order and keys whatever the padding
+(:func:`fedjax_sc.core.local.epoch_schedule`), so the bucket changes no figure.
 
 Sampling is a pure function of ``(seed, round)``, so a resumed run samples the same clients.
 """
@@ -105,6 +112,54 @@ def pad_clients(tree: Any, multiple: int) -> tuple[Any, int]:
         return tree, k
     return jax.tree.map(lambda x: np.concatenate(
         [np.asarray(x), np.repeat(np.asarray(x)[:1], extra, axis=0)]), tree), k
+
+
+PADDINGS = ("bucket", "sampled", "global")
+"""How a sampled round pads its clients' example axis: ``bucket`` (the largest sampled client
+rounded up by :func:`example_bucket`), ``sampled`` (the largest sampled client exactly: one
+program per distinct size) or ``global`` (the scene's largest client, one program)."""
+
+
+def example_bucket(n: int, cap: int) -> int:
+    """The padded example count for a round whose largest sampled client holds ``n``
+    examples: the smallest power of two >= max(n, 1), at most ``cap`` (the scene's largest
+    client): one of :func:`example_ladder`'s sizes."""
+    return min(1 << max(int(n) - 1, 0).bit_length(), int(cap))
+
+
+def example_ladder(cap: int) -> list[int]:
+    """Every size :func:`example_bucket` gives under ``cap``: 1, 2, 4, ... below ``cap``, then
+    ``cap`` (``ceil(log2 cap) + 1`` sizes)."""
+    sizes, n = [], 1
+    while n < cap:
+        sizes.append(n)
+        n *= 2
+    return sizes + [int(cap)]
+
+
+def padded_examples(counts: np.ndarray, cap: int, padding: str = "bucket") -> int:
+    """The example axis of a round whose sampled clients hold ``counts`` (int ``[M]``) under
+    ``padding`` (:data:`PADDINGS`), ``cap`` the scene's largest client.
+
+    Raises:
+      ValueError: an unknown padding.
+    """
+    if padding not in PADDINGS:
+        raise ValueError(f"unknown padding {padding!r}; choose from {PADDINGS}")
+    largest = int(np.max(counts)) if np.size(counts) else 0
+    if padding == "global":
+        return int(cap)
+    return example_bucket(largest, cap) if padding == "bucket" else min(max(largest, 1), cap)
+
+
+def trim_examples(data, n: int):
+    """``data`` (a ClientData of NumPy arrays, each client's real examples a prefix of the
+    example axis) with its example axis cut to ``n`` rows: tokens ``[K, n, L]``, labels and
+    mask ``[K, n]``; other fields unchanged. ``n`` must be at least every client's count."""
+    if data.tokens.shape[1] == n:
+        return data
+    return data._replace(tokens=data.tokens[:, :n], labels=data.labels[:, :n],
+                         mask=data.mask[:, :n])
 
 
 def round_data(data, idx: np.ndarray, sampling: str, multiple: int):

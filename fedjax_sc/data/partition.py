@@ -318,3 +318,22 @@ def partition_clients(client_corpora: Mapping[str, Mapping[str, Corpus]], partit
     return {name: {s: _subset(pooled[s], parts[s][j],
                               f"{pooled[s].source} -> {partition} {name}") for s in splits}
             for j, name in enumerate(names)}
+
+
+def zipf_sizes(num_clients: int, exponent: float = 1.5, seed: int = 0,
+               largest: int = 1000) -> np.ndarray:
+    """Cross-device client sizes: ``numpy``'s Zipf draws ``P(n) ~ n^-exponent`` (most clients
+    hold one or two examples, a few hundreds), clipped to ``largest``; the shape of LEAF's
+    Sent140 or StackOverflow users (``synthetic_corpora(train_sizes=...)``).
+
+    Returns:
+      int64 ``[num_clients]``, each in ``[1, largest]``.
+
+    Raises:
+      ValueError: ``exponent`` <= 1, ``num_clients`` or ``largest`` < 1.
+    """
+    if exponent <= 1 or num_clients < 1 or largest < 1:
+        raise ValueError(f"zipf sizes need exponent > 1 and num_clients, largest >= 1, got "
+                         f"{exponent}, {num_clients}, {largest}")
+    rng = np.random.default_rng([seed, 0x5A1F])
+    return np.minimum(rng.zipf(exponent, size=num_clients), largest).astype(np.int64)

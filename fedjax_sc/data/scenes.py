@@ -118,6 +118,13 @@ class Scene:
     ``first..stop-1`` of ``client_names`` (one process's share of a scene,
     :mod:`fedjax_sc.run.loading`); None: every client. ``client_names``, ``vocab`` and
     ``stats`` are the whole scene's either way."""
+    unseen: ClientArrays | None = None
+    """The test rows of clients that have no training rows (cross-device table scenes),
+    pooled as one client ``[1, n, max_len]``; None when there are none. They are evaluated
+    apart (Ag_unseen), never trained on."""
+    allow_no_test: bool = False
+    """True when clients without test examples train and are left out of Ag (cross-device
+    table scenes, :func:`build_scene`'s ``allow_no_test``)."""
 
     @property
     def num_clients(self) -> int:
@@ -164,7 +171,8 @@ def local_vocabularies(train: ClientArrays) -> tuple[np.ndarray, np.ndarray]:
 
 def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], num_classes: int,
                 max_len: int, vocab_size: int, allow_empty: bool = False,
-                label_names: Sequence | None = None) -> Scene:
+                label_names: Sequence | None = None, allow_no_test: bool = False,
+                unseen: Corpus | None = None) -> Scene:
     """Builds a scene exactly as Li et al. 2021, Sec. 5.1.
 
     Each client counts the tokens of its OWN train split (``count_tokens``), the server sums
@@ -181,6 +189,9 @@ def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], n
       allow_empty: keep a client whose train or test split has no example (it then trains
         nothing, or has no Ag^k / Ap^k and is left out of the means); False refuses it.
       label_names: the label value of each class (``num_classes`` of them), or None.
+      allow_no_test: keep a client without test examples (it trains; no Ag^k), as
+        ``allow_empty`` does for the test split only (cross-device scenes).
+      unseen: test examples of clients that never train (:attr:`Scene.unseen`), or None.
 
     Raises:
       ValueError: no clients, missing/unknown splits, inconsistent dev splits, a label outside
@@ -193,22 +204,29 @@ def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], n
     if label_names is not None and len(label_names) != num_classes:
         raise ValueError(f"{len(label_names)} label names for {num_classes} classes")
     names = tuple(client_corpora)
-    splits = check_corpora(client_corpora, num_classes, max_len, allow_empty)
+    splits = check_corpora(client_corpora, num_classes, max_len, allow_empty, allow_no_test)
+    extra = {"train": 0, "test": 0 if unseen is None else len(unseen)}
     for s in ("train", "test"):
-        if not any(len(client_corpora[c][s]) for c in names):
+        if not extra[s] and not any(len(client_corpora[c][s]) for c in names):
             raise ValueError(f"no client has any {s} example")
     local_counts = [count_tokens(client_corpora[c]["train"].texts) for c in names]
     vocab = Vocabulary.from_counts(merge_counts(local_counts), max_size=vocab_size)
     arrays = encode_splits(client_corpora, splits, vocab, max_len)
     stats = client_stats(client_corpora, splits, arrays["train"], max_len, num_classes)
+    held = None
+    if unseen is not None and len(unseen):
+        held = ClientArrays.stack([vocab.encode(unseen.texts, max_len)], [unseen.labels],
+                                  max_len)
     return Scene(name=name, client_names=names, train=arrays["train"], test=arrays["test"],
                  dev=arrays.get("dev"), vocab=vocab, num_classes=num_classes, max_len=max_len,
                  stats=tuple(stats),
-                 label_names=None if label_names is None else tuple(label_names))
+                 label_names=None if label_names is None else tuple(label_names),
+                 unseen=held, allow_no_test=allow_no_test)
 
 
 def check_corpora(client_corpora: Mapping[str, Mapping[str, Corpus]], num_classes: int,
-                  max_len: int, allow_empty: bool = False) -> tuple[str, ...]:
+                  max_len: int, allow_empty: bool = False,
+                  allow_no_test: bool = False) -> tuple[str, ...]:
     """The checks of :func:`build_scene` that each client's corpora pass alone (not that
     some client has examples of each split); returns the splits, ``("train", "test")`` or
     ``("train", "test", "dev")``.
@@ -229,7 +247,8 @@ def check_corpora(client_corpora: Mapping[str, Mapping[str, Corpus]], num_classe
                              f"expected {sorted(splits)}")
         for s in splits:
             labels = client_corpora[c][s].labels
-            if s in ("train", "test") and not len(labels) and not allow_empty:
+            empty_ok = allow_empty or (s == "test" and allow_no_test)
+            if s in ("train", "test") and not len(labels) and not empty_ok:
                 raise ValueError(f"{client_corpora[c][s].source}: no examples (client {c!r}, "
                                  f"split {s!r}); every client needs training and test "
                                  f"examples (--allow-empty-clients keeps it: it then trains "
@@ -355,7 +374,8 @@ def synthetic_corpora(num_clients: int = 4, train_per_client: int = 160,
                       label_noise: float = 0.1, dev_per_client: int = 0,
                       num_shared_neutral: int = 300, num_shared_sentiment: int = 120,
                       num_domain_sentiment: int = 12, domain_vocab_size: int = 120,
-                      sentiment_rate: float = 0.15, agree_prob: float = 0.85
+                      sentiment_rate: float = 0.15, agree_prob: float = 0.85,
+                      train_sizes: Sequence[int] | None = None
                       ) -> dict[str, dict[str, Corpus]]:
     """The texts of a deterministic multi-domain binary sentiment scene, one client per domain.
 
@@ -377,6 +397,10 @@ def synthetic_corpora(num_clients: int = 4, train_per_client: int = 160,
     * Client ``k`` has ``round(train_per_client * f_k)`` train documents,
       ``f_k = linspace(1.0, 0.6, K)[k]`` (unequal sizes exercise padding/masking),
       ``test_per_client`` test and ``dev_per_client`` dev documents (no dev split when 0).
+      ``train_sizes`` (int ``[num_clients]``, each >= 1, e.g.
+      :func:`fedjax_sc.data.partition.zipf_sizes`) gives the
+      train sizes instead (``train_per_client`` is then unused); None keeps the draws above
+      as they were.
 
     Each client sees only a few occurrences of each of the ``2 * num_shared_sentiment`` shared
     sentiment words, so a model trained on all clients' data beats each client alone.
@@ -385,21 +409,26 @@ def synthetic_corpora(num_clients: int = 4, train_per_client: int = 160,
       ``{"d{k}": {"train": Corpus, "test": Corpus[, "dev": Corpus]}}``, labels in {0, 1}.
 
     Raises:
-      ValueError: ``num_clients < 1``, a per-client size < 1 (dev < 0), or ``label_noise``
-        outside ``[0, 0.5]``.
+      ValueError: ``num_clients < 1``, a per-client size < 1 (dev < 0), ``train_sizes``
+        not ``num_clients`` sizes >= 1, or ``label_noise`` outside ``[0, 0.5]``.
     """
     if num_clients < 1 or train_per_client < 1 or test_per_client < 1 or dev_per_client < 0:
         raise ValueError("need num_clients, train_per_client, test_per_client >= 1 and "
                          "dev_per_client >= 0")
     if not 0.0 <= label_noise <= 0.5:
         raise ValueError(f"label_noise must be in [0, 0.5], got {label_noise}")
+    if train_sizes is not None and (len(train_sizes) != num_clients
+                                    or min(train_sizes) < 1):
+        raise ValueError(f"train_sizes must be {num_clients} sizes >= 1, got "
+                         f"{len(train_sizes)} with minimum {min(train_sizes, default=None)}")
     rng = np.random.default_rng(seed)
     vocab_factor = rng.uniform(0.5, 1.5, size=num_clients)
     len_factor = rng.uniform(0.35, 0.7, size=num_clients)
     size_factor = np.linspace(1.0, 0.6, num_clients)
     corpora: dict[str, dict[str, Corpus]] = {}
     for k in range(num_clients):
-        sizes = {"train": max(1, round(train_per_client * size_factor[k])),
+        sizes = {"train": (max(1, round(train_per_client * size_factor[k]))
+                           if train_sizes is None else int(train_sizes[k])),
                  "test": test_per_client}
         if dev_per_client:
             sizes["dev"] = dev_per_client
@@ -409,3 +438,4 @@ def synthetic_corpora(num_clients: int = 4, train_per_client: int = 160,
             num_shared_sentiment, num_domain_sentiment, sentiment_rate, agree_prob, label_noise)
             for s, n in sizes.items()}
     return corpora
+

@@ -17,7 +17,11 @@ corpora of the other readers (``{client: {"train": Corpus, "test": Corpus}}``), 
   :mod:`fedjax_sc.data.partition` splits the rows into N clients.
 * Test split: a second file of the same columns, a split column (``train`` / ``test``), a
   DatasetDict's ``test`` split, or else a fraction held out per client as ``datasets``'
-  ``Dataset.train_test_split(test_size=fraction, seed=seed)`` holds it out (at least one).
+  ``Dataset.train_test_split(test_size=fraction, seed=seed)`` holds it out, keeping at least
+  one row for training (a client of one row trains on it and has no test row).
+* Cross-device shapes (with a client column): a client without test rows trains and has no
+  Ag^k; test rows of a client that has no training rows are the *unseen* clients' rows
+  (:attr:`TableCorpora.unseen`, one pooled corpus), evaluated apart.
 
 Bad input is a one-line ``ValueError`` naming the file, the row (``path:line`` for CSV and
 JSON lines, 1-based lines of the file; ``path: row i``, 0-based, for Parquet and datasets) and
@@ -60,10 +64,13 @@ class TableCorpora(NamedTuple):
     Attributes:
       corpora: ``{client: {"train": Corpus, "test": Corpus}}`` in client order.
       label_names: the label value of each class (class c = ``label_names[c]``).
+      unseen: the test rows of clients without training rows (a client column only), pooled
+        in file order, or None when there are none.
     """
 
     corpora: dict[str, dict[str, Corpus]]
     label_names: tuple[Any, ...]
+    unseen: Corpus | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,8 +216,9 @@ def _check(r: _Rows, columns: dict[str, tuple[str, str]]) -> dict[str, pa.Chunke
 
 
 def _index(col: pa.ChunkedArray, values: Sequence, r: _Rows, column: str, what: str,
-           other: str) -> np.ndarray:
-    """int ``[n]``: each row's position in ``values``; a value not in it is an error."""
+           other: str, missing_ok: bool = False) -> np.ndarray:
+    """int ``[n]``: each row's position in ``values``; a value not in it is an error, or -1
+    with ``missing_ok``."""
     try:
         value_set = pa.array(values)
     except pa.ArrowException as e:
@@ -227,6 +235,8 @@ def _index(col: pa.ChunkedArray, values: Sequence, r: _Rows, column: str, what: 
                          f"{other} are {value_set.type}") from None
     ids = np.asarray(ids.to_numpy(zero_copy_only=False), np.float64)
     bad = np.flatnonzero(np.isnan(ids))
+    if missing_ok:
+        return np.where(np.isnan(ids), -1, ids).astype(np.int64)
     if bad.size:
         raise ValueError(f"{r.where(bad[0])}: column {column!r}: {what} "
                          f"{col[int(bad[0])].as_py()!r} does not occur in {other}")
@@ -240,13 +250,11 @@ def _corpus(texts: list[str], labels: np.ndarray, source: str) -> Corpus:
 
 def _hold_out(corpus: Corpus, fraction: float, seed: int, client: str) -> dict[str, Corpus]:
     """``datasets.Dataset.train_test_split(test_size=fraction, seed=seed)`` of one client:
-    a ``default_rng(seed)`` permutation, its first ``ceil(fraction * n)`` rows the test split,
-    the rest the training split, both in the permuted order."""
+    a ``default_rng(seed)`` permutation, its first ``min(ceil(fraction * n), n - 1)`` rows
+    the test split, the rest the training split, both in the permuted order. At least one row
+    trains (LEAF's per-user split keeps one too): a client of one row has no test row."""
     n = len(corpus)
-    n_test = math.ceil(fraction * n)
-    if n_test >= n:
-        raise ValueError(f"{corpus.source}: client {client!r} has {n} example(s), too few to "
-                         f"hold out --test-fraction {fraction} and keep one for training")
+    n_test = min(math.ceil(fraction * n), n - 1)
     order = np.random.default_rng(seed).permutation(n)
     return {s: _corpus([corpus.texts[i] for i in idx], corpus.labels[idx],
                        f"{corpus.source} ({s}; {fraction} held out)")
@@ -342,6 +350,7 @@ def read_table(data: str, *, text_column: str, label_column: str,
               for s, r in splits.items()}
     texts = {s: cols[s]["text"].cast(pa.string()).to_pylist() for s in splits}
 
+    unseen = None
     if client_column is None:
         pooled = {"pooled": {s: _corpus(texts[s], labels[s], r.path) for s, r in splits.items()}}
         corpora = partition_lib.partition_clients(
@@ -352,14 +361,17 @@ def read_table(data: str, *, text_column: str, label_column: str,
         corpora = {str(v): {} for v in values}
         for s, r in splits.items():
             ids = _index(cols[s]["client"], values, r, client_column, "client",
-                         f"the training rows of {train.path}")
+                         f"the training rows of {train.path}", missing_ok=s == "test")
+            order = np.argsort(ids, kind="stable")  # each client's rows, in file order
+            bounds = np.searchsorted(ids[order], np.arange(-1, len(values) + 1))
             for j, v in enumerate(values):
-                idx = np.flatnonzero(ids == j)
-                if not idx.size:
-                    raise ValueError(f"{r.path}: column {client_column!r}: client {v!r} has "
-                                     f"no {s} example")
+                idx = order[bounds[j + 1]:bounds[j + 2]]
                 corpora[str(v)][s] = _corpus([texts[s][i] for i in idx], labels[s][idx],
                                              f"{r.path} [{client_column}={v}]")
+            gone = order[bounds[0]:bounds[1]]
+            if s == "test" and gone.size:
+                unseen = _corpus([texts[s][i] for i in gone], labels[s][gone],
+                                 f"{r.path} [{client_column}: no training rows]")
     if test is None:
         fraction = DEFAULT_TEST_FRACTION if test_fraction is None else test_fraction
         if not 0 < fraction < 1:
@@ -369,4 +381,4 @@ def read_table(data: str, *, text_column: str, label_column: str,
     elif test_fraction is not None:
         raise ValueError("--test-fraction: the test split is given (--test-data, "
                          "--split-column or a DatasetDict's 'test')")
-    return TableCorpora(corpora, tuple(classes))
+    return TableCorpora(corpora, tuple(classes), unseen)

@@ -20,16 +20,20 @@ from fedjax_sc import streams
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.core import communication, personalize
 from fedjax_sc.core.evaluate import accuracy_list, mean_accuracy
-from fedjax_sc.run import hits, loading, rundir
+from fedjax_sc.run import cross_device, figures, hits, loading, rundir
 from fedjax_sc.run.config import TrainConfig
+from fedjax_sc.run.plumbing import processes
 from fedjax_sc.run.plumbing.tracking import Tracker
 from fedjax_sc.run.report import dp_report, environment, format_table, make_report
 from fedjax_sc.run.setup import Setup, global_params, tested_files
 
 
 def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, train_data,
-           test_data, comm, durations, log, tracker: Tracker) -> dict[str, Any]:
-    """A member's Ap phase and report (report.json, report.md), after its last round.
+           test_data, comm, durations, log, tracker: Tracker,
+           extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A member's Ap phase and report (report.json, report.md), after its last round;
+    ``extra``: figures added to the report (a cross-device scene's,
+    :mod:`fedjax_sc.run.cross_device`).
 
     Returns:
       The report (:func:`fedjax_sc.run.train.train`), with the final ``params`` and the
@@ -64,6 +68,7 @@ def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, tr
     report["training"] = "federated" if central is None else central.name
     report["timing"] = {"round_seconds": durations, "ap_seconds": ap_seconds}
     report["environment"] = environment()
+    report.update(extra or {})
     if c.dp_clip is not None:
         report["dp"] = dp_report(c, scene)
         log(f"DP-SGD: {report['dp']['note']}")
@@ -74,7 +79,8 @@ def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, tr
                                 c.rounds, tested_files(out), ap))
     table = format_table(report) + ("" if comm is None else
                                      "\n\n" + communication.describe(comm))
-    rundir.write_text(out / "report.md", table + "\n")
+    table += "\n\n" + cross_device.describe(extra) if extra else ""
+    rundir.write_text(out / "report.md", table + _figure(out, log) + "\n")
     log(table)
     report["params"] = state.params
     report["private"] = client_states.private
@@ -110,3 +116,16 @@ def personalize_phase(c: TrainConfig, algorithm, state, client_states, train_dat
         f"{time.perf_counter() - t0:.1f} s; Ap ({mode}) {result.ap(mode):.4f}; "
         + ", ".join(f"{k}: {result.ap(k):.4f}" for k in sorted(result.curve)))
     return result
+
+
+def _figure(out: Path, log) -> str:
+    """Draws the run's ``convergence.png`` (:func:`fedjax_sc.run.figures.run_figure`) where
+    matplotlib is installed; returns the line report.md embeds it with ("" without one)."""
+    if not figures.have_matplotlib() or not processes.primary():
+        return ""
+    try:
+        path = figures.run_figure(out)
+    except (OSError, ValueError) as e:  # the run stands without its figure
+        log(f"no convergence figure: {e}")
+        return ""
+    return "" if path is None else f"\n\n![Ag per round, then Ap_t]({path.name})"

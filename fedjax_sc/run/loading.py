@@ -8,8 +8,8 @@ its blocks (its *share*, :attr:`fedjax_sc.data.scenes.Scene.share`): the ``fdu``
 only its domains' files; ``table`` with ``--client-column`` reads the file and keeps only its
 clients' rows. Each process counts its clients' training words; the counts, the largest
 client of each split and (fdu) the digests of its files are exchanged
-(:func:`fedjax_sc.run.plumbing.processes.allgather_json`), so every process builds the vocabulary and
-the padded shapes of the whole scene, byte for byte those of one process, and the run
+(:func:`fedjax_sc.run.plumbing.processes.allgather_json`), so every process builds the
+vocabulary and the padded shapes of the whole scene, byte for byte those of one process, and the run
 folder's fingerprint is the same. The evaluation (Ag, personalised accuracy) and the Ap phase
 run in each process on its share, and the per-client results are gathered
 (:func:`gather_clients`).
@@ -39,7 +39,7 @@ from fedjax_sc.data import partition, scenes
 from fedjax_sc.data.client_data import ClientData, host_client_data
 from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu, read_iyy
 from fedjax_sc.data.vocab import PAD, Vocabulary, count_tokens, merge_counts
-from fedjax_sc.run import rundir, table_scene
+from fedjax_sc.run import cross_device, rundir, table_scene
 from fedjax_sc.run.config import NUM_CLASSES, TrainConfig
 from fedjax_sc.run.plumbing import processes
 
@@ -49,11 +49,12 @@ def load_scene(c: TrainConfig) -> scenes.Scene:
     ``c.num_clients`` clients unless ``c.partition`` is ``natural``, then ``build_scene``
     (the table scene: :func:`fedjax_sc.run.table_scene.load`, C from its data)."""
     if c.scene == "table":
-        corpora, label_names = table_scene.load(c)
+        corpora, label_names, unseen = table_scene.load(c)
         name = "table" if c.partition == "natural" else f"table-{c.partition}"
         return scenes.build_scene(name, corpora, num_classes=len(label_names),
                                   max_len=c.max_len, vocab_size=c.vocab_size,
-                                  allow_empty=c.allow_empty_clients, label_names=label_names)
+                                  allow_empty=c.allow_empty_clients, label_names=label_names,
+                                  allow_no_test=c.client_column is not None, unseen=unseen)
     if c.scene == "fdu":
         corpora = read_fdu(c.data_dir, domains=c.domains or FDU_DOMAINS,
                            dev_holdout=c.dev_holdout)
@@ -120,6 +121,12 @@ def load(c: TrainConfig, mesh: jax.sharding.Mesh, checked: processes.Agreement,
     if latin1:
         log("lines not valid UTF-8, decoded as latin-1: "
             + ", ".join(f"{k} {v:,}" for k, v in latin1.items()))
+    if cross_device.applies(scene):
+        unseen = 0 if scene.unseen is None else scene.unseen.max_examples
+        log(f"cross-device: {int(np.sum(counts[1] == 0)):,} of {scene.num_clients:,} clients "
+            f"without test rows (they train; no Ag^k); {unseen:,} test rows of clients "
+            f"without training rows (Ag_unseen)")
+        counts = counts[0], np.where(counts[1] == 0, 1, counts[1])  # not listed below
     empty = [f"{n} ({'no training' if not counts[0][k] else 'no test'} examples)"
              for k, n in enumerate(scene.client_names) if not counts[0][k] or not counts[1][k]]
     if empty:
@@ -148,18 +155,18 @@ def _load(c: TrainConfig, mesh, checked) -> tuple[scenes.Scene, dict | None, str
         return load_scene(c), None, (f"{everyone} (--scene {c.scene}, --partition "
                                      f"{c.partition}: only fdu and table with --client-column, "
                                      f"natural partition, load a share)")
-    names = label_names = corpora = None
+    names = label_names = corpora = unseen = None
     if fdu:
         names = tuple(c.domains or FDU_DOMAINS)
     else:
-        corpora, label_names = table_scene.load(c)
+        corpora, label_names, unseen = table_scene.load(c)
         names = tuple(corpora)
     spans = _spans(mesh, len(names))
     if spans is None:
         scene = (load_scene(c) if corpora is None else scenes.build_scene(
             "table", corpora, num_classes=len(label_names), max_len=c.max_len,
             vocab_size=c.vocab_size, allow_empty=c.allow_empty_clients,
-            label_names=label_names))
+            label_names=label_names, allow_no_test=True, unseen=unseen))
         return scene, None, (f"{everyone}: its devices hold every client, or some process's "
                              f"devices hold padding clients only")
     first, stop = spans[jax.process_index()]
@@ -173,7 +180,8 @@ def _load(c: TrainConfig, mesh, checked) -> tuple[scenes.Scene, dict | None, str
         else:
             local = {n: corpora[n] for n in names[first:stop]}
         num_classes = 2 if fdu else len(label_names)
-        splits = scenes.check_corpora(local, num_classes, c.max_len, c.allow_empty_clients)
+        splits = scenes.check_corpora(local, num_classes, c.max_len, c.allow_empty_clients,
+                                      allow_no_test=not fdu)
         owned = [n for k, n in enumerate(names[first:stop], first)
                  if not any(lo <= k < hi for lo, hi in spans[:jax.process_index()])]
         mine = {"counts": merge_counts([count_tokens(local[n]["train"].texts) for n in owned]),
@@ -189,7 +197,7 @@ def _load(c: TrainConfig, mesh, checked) -> tuple[scenes.Scene, dict | None, str
             raise RuntimeError(f"process {k} of {len(got)} stopped before training: "
                                f"{g['error']}")
     for s in ("train", "test"):
-        if not sum(g["total"][s] for g in got):
+        if not sum(g["total"][s] for g in got) and not (s == "test" and unseen):
             raise ValueError(f"no client has any {s} example")
     vocab = Vocabulary.from_counts(merge_counts([collections.Counter(g["counts"]) for g in got]),
                                    max_size=c.vocab_size)
@@ -205,7 +213,9 @@ def _load(c: TrainConfig, mesh, checked) -> tuple[scenes.Scene, dict | None, str
         name=c.scene, client_names=names, train=arrays["train"], test=arrays["test"],
         dev=arrays.get("dev"), vocab=vocab, num_classes=num_classes, max_len=c.max_len,
         stats=tuple(every), label_names=None if label_names is None else tuple(label_names),
-        share=(first, stop))
+        share=(first, stop), allow_no_test=not fdu,
+        unseen=None if not unseen else scenes.ClientArrays.stack(
+            [vocab.encode(unseen.texts, c.max_len)], [unseen.labels], c.max_len))
     note = (f"each process loads only the clients of its devices (process 0: clients "
             f"{spans[0][0]}..{spans[0][1] - 1} of {len(names)})")
     return scene, ({k: gathered[k] for k in sorted(gathered)} if fdu else None), note

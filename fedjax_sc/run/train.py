@@ -38,10 +38,10 @@ import numpy as np
 from fedjax_sc.core import central as central_trainers
 from fedjax_sc.core import communication, population, sharding
 from fedjax_sc.core.evaluate import make_evaluate, make_personal_evaluate
-from fedjax_sc.core.feed import PopulationFeed
+from fedjax_sc.core.feed import CompiledRounds, PopulationFeed
 from fedjax_sc.core.round import build_round
 from fedjax_sc.data.client_data import client_data
-from fedjax_sc.run import folders, loading, members, rundir
+from fedjax_sc.run import cross_device, folders, loading, members, rundir
 from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configuration)
     DTYPES,
     EMBEDDINGS,
@@ -265,7 +265,8 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
     # the feed keeps every client's states (private leaves and the algorithm's own state)
     feed = PopulationFeed(p.round_host, client_states, mesh, [m.seed for m in cs],
                           c.clients_per_round, c.sampling,
-                          *((scene.num_clients, scene.share[0]) if scene.share else ()))
+                          *((scene.num_clients, scene.share[0]) if scene.share else ()),
+                          padding=cross_device.padding(scene))
     rows = int(dict(mesh.shape)[sharding.MEMBERS])
     if feed.partial or mesh.size > 1:
         log(f"{feed.num_sampled} of {feed.num_clients} clients per round "
@@ -284,6 +285,9 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
                                   p.test_data)
 
     results = [accuracies(i) for i in range(size)]
+    xdev = cross_device.Figures(scene, p.global_eval)  # {} unless a cross-device scene
+    member_global = lambda i: global_params(setups[i], sharding.local(  # noqa: E731
+        population.member(state.params, i)))
     if start < c.rounds:
         t0 = time.perf_counter()
         step = population.build_population_round(
@@ -301,8 +305,8 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
 
         data, private = feed.inputs(feed.sample(start + 1))
         # the round replaces the server and client states: XLA may reuse their buffers
-        round_step = jax.jit(placed, donate_argnums=(0, 1)).lower(
-            state, private, data, p.keys, p.hparams).compile()
+        round_step = CompiledRounds(jax.jit(placed, donate_argnums=(0, 1)))
+        round_step.compile(state, private, data, p.keys, p.hparams)  # one per padded shape
         log(f"round compiled in {time.perf_counter() - t0:.1f} s; algorithm {c.algorithm}, "
             f"batch {c.batch_size}, lr {c.lr}, {c.local_epochs} local epochs, d = {c.embed_dim}")
     durations = []
@@ -339,6 +343,9 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
             results[i] = ag, personal = accuracies(i)
             row = round_row(r, m, ag, personal, p.mode, seconds, p.comm,
                             idx if feed.partial else None, setups[i].work.active)
+            row.update(xdev(lambda: member_global(i), ag))
+            if feed.partial:
+                row["padding_ratio"] = feed.padding_ratio
             rundir.append_text(metrics_paths[i], json.dumps(row) + "\n")
             trackers[i].round(row, list(names) if not feed.partial else
                               [names[k] for k in idx])
@@ -346,10 +353,10 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
             # the last rounds' pace: the first includes compiling, and the load changes
             eta = (c.rounds - r) * float(np.mean(durations[-5:]))
             shown = "n/a" if ag is None else f"{row['Ag']:.4f}"
-            extra = ("" if personal is None else
-                     f" | personal ({p.mode}) {row['personal'][p.mode]:.4f}")
             loss = ("n/a (no client trained)" if row["train_loss"] is None
                     else f"{row['train_loss']:.4f}")
+            extra = ("" if personal is None else
+                     f" | personal ({p.mode}) {row['personal'][p.mode]:.4f}")
             say[i](f"round {r:3d}/{c.rounds} | train loss {loss} | Ag {shown}"
                    f"{extra} | {seconds:6.1f} s | {row['client_steps_per_s']:6.1f} "
                    f"client-steps/s | ETA {_hms(eta)}")
@@ -367,7 +374,8 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
             continue
         reports.append(finish(m, scene, setups[i], sharding.local(population.member(state, i)),
                               sharding.local(feed.member_private(i)), results[i],
-                              train_data, p.test_data, p.comm, durations, say[i], trackers[i]))
+                              train_data, p.test_data, p.comm, durations, say[i], trackers[i],
+                              xdev(lambda: member_global(i), results[i][0])))
         status[i] = "finished"
     for tracker, report in zip(trackers, reports):
         tracker.close(report)  # the report's Ag and Ap: the W&B run's summary

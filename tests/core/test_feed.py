@@ -74,3 +74,58 @@ def test_feed_errors():
         ClientFeed(data, _private(5), mesh, 2, sampling="nearest")
     with pytest.raises(ValueError, match="2 members need a member axis"):
         PopulationFeed(data, _private(5), mesh, [0, 1], member_axis=False)
+
+
+def test_bucket_ladder_bounds_the_padded_shapes():
+    from fedjax_sc.core import participation as pt
+    assert pt.example_ladder(100) == [1, 2, 4, 8, 16, 32, 64, 100]
+    assert pt.example_ladder(1) == [1]
+    assert [pt.example_bucket(n, 100) for n in (0, 1, 2, 3, 64, 65, 100)] == [
+        1, 1, 2, 4, 64, 100, 100]
+    assert {pt.example_bucket(n, 100) for n in range(101)} == set(pt.example_ladder(100))
+    counts = np.asarray([1, 3, 0])
+    assert [pt.padded_examples(counts, 100, p) for p in pt.PADDINGS] == [4, 3, 100]
+    with pytest.raises(ValueError, match="unknown padding"):
+        pt.padded_examples(counts, 100, "tight")
+
+
+@pytest.mark.parametrize("algorithm", ["fedper", "scaffold"])
+def test_padding_to_the_sampled_clients_gives_the_global_padding_params(algorithm):
+    """Private leaves (FedPer) and the algorithm's client state (SCAFFOLD) gathered and
+    scattered, clients of 1..12 examples: every padding trains the same model (the padded
+    steps are masked no-ops), up to float32 rounding: XLA may fuse the programs of other
+    shapes differently (1 ulp here)."""
+    from fedjax_sc.core import round as rnd
+    from fedjax_sc.core.feed import CompiledRounds
+    from fedjax_sc.data.scenes import build_scene, synthetic_corpora
+    from fedjax_sc.models.text_classifier import init_params
+    from fedjax_sc.run.registry import build_algorithm
+
+    sizes = [1, 1, 2, 1, 12, 1, 3, 1]
+    scene = build_scene("synthetic", synthetic_corpora(
+        num_clients=8, test_per_client=1, max_len=6, seed=1, train_sizes=sizes), 2, 6, 60)
+    host = host_client_data(scene.train)
+    alg = build_algorithm(algorithm, vocab_size=len(scene.vocab), num_classes=2, embed_dim=4,
+                          num_clients=8, hidden=3, mlp_hidden=4)
+    model = alg.model
+    step = CompiledRounds(jax.jit(rnd.build_round(alg, batch_size=2, local_epochs=2)))
+    out, widths = {}, {}
+    for padding in ("global", "sampled", "bucket"):
+        state, clients = rnd.init_states(alg, init_params(model, jax.random.key(0)), 8)
+        feed = ClientFeed(host, clients, sharding.client_mesh(jax.devices()[:1]), 3, seed=5,
+                          padding=padding)
+        widths[padding] = []
+        for r in range(1, 5):
+            idx = feed.sample(r)
+            data, states = feed.inputs(idx)
+            widths[padding].append(int(data.mask.shape[1]))
+            state, new, _ = step(state, states, data, jax.random.key(r))
+            feed.update(idx, new)
+        out[padding] = jax.device_get((state.params, feed.private))
+    assert set(widths["global"]) == {12} and min(widths["bucket"]) < 12
+    assert all(b >= s for b, s in zip(widths["bucket"], widths["sampled"]))
+    for padding in ("sampled", "bucket"):
+        for x, y in zip(jax.tree.leaves(out["global"]), jax.tree.leaves(out[padding])):
+            np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-9)
+    assert len(step.programs) == len(set(widths["global"] + widths["sampled"]
+                                         + widths["bucket"]))

@@ -260,13 +260,6 @@ def test_bad_labels_clients_and_splits(tmp_path):
     with pytest.raises(ValueError, match=r"t\.csv:4: column 'label': label 'mixed' does not "
                        r"occur in the classes of the training rows of .*d\.csv"):
         read(train, test_data=str(test))
-    lonely = write(tmp_path / "l.csv", rows(4, clients=("a",)))
-    with pytest.raises(ValueError, match=r"l\.csv: column 'domain': client 'b' has no test"):
-        read(train, test_data=str(lonely))
-    tiny = write(tmp_path / "tiny.csv", rows(5, clients=("a", "a", "b")))
-    with pytest.raises(ValueError, match=r"tiny\.csv \[domain=b\]: client 'b' has 1 "
-                       r"example\(s\), too few"):
-        read(tiny)
     data = [dict(r, split=["train", "dev"][i == 3]) for i, r in enumerate(rows(6))]
     with pytest.raises(ValueError, match=r"s\.csv:5: column 'split': split value 'dev'"):
         read(write(tmp_path / "s.csv", data), split_column="split")
@@ -406,3 +399,28 @@ def test_table_scene_without_pyarrow_names_the_extra(monkeypatch, tmp_path):
         TrainConfig(scene="table", data=str(tmp_path / "d.csv"), text_column="text",
                     label_column="label", client_column="domain").resolved()
     assert table_scene.FIELDS[0] == "data"
+
+
+def test_cross_device_clients_without_test_rows_and_unseen_clients(tmp_path):
+    train = write(tmp_path / "d.csv", rows(12))  # clients a and b
+    test = write(tmp_path / "t.csv", rows(6, clients=("a", "z", "y")))
+    got = read(train, test_data=str(test))
+    assert sorted(got.corpora) == ["a", "b"]  # a test-only client is no client
+    assert len(got.corpora["a"]["test"]) == 2 and len(got.corpora["b"]["test"]) == 0
+    assert got.unseen is not None and len(got.unseen) == 4  # z and y's rows, file order
+    assert got.unseen.texts == tuple(r["text"] for r in rows(6) if (rows(6).index(r) // 2) % 3)
+    scene = build_scene("table", got.corpora, 2, 8, 50, label_names=got.label_names,
+                        allow_no_test=True, unseen=got.unseen)
+    assert scene.counts("test").tolist() == [2, 0] and scene.unseen.counts.tolist() == [4]
+    with pytest.raises(ValueError, match=r"client 'b', split 'test'.*allow-empty"):
+        build_scene("table", got.corpora, 2, 8, 50, label_names=got.label_names)
+    assert read(train, test_data=str(write(tmp_path / "s.csv", rows(4)))).unseen is None
+
+
+def test_per_client_split_keeps_one_training_row(tmp_path):
+    tiny = write(tmp_path / "tiny.csv", rows(5, clients=("a", "a", "b")))  # a: 4, b: 1
+    got = read(tiny, test_fraction=0.5)
+    assert [len(got.corpora["b"][s]) for s in ("train", "test")] == [1, 0]
+    assert [len(got.corpora["a"][s]) for s in ("train", "test")] == [2, 2]
+    two = read(write(tmp_path / "two.csv", rows(4, clients=("a",))), test_fraction=0.9)
+    assert [len(two.corpora["a"][s]) for s in ("train", "test")] == [1, 3]

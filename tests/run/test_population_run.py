@@ -203,6 +203,8 @@ def test_results_export_csv_is_tidy_and_holds_every_figure(tmp_path, capsys):
     import csv
     run = tmp_path / "run"
     assert cli.main(["train", *_flags(dict(TINY, algorithm="kteps")), "--out", str(run)]) == 0
+    assert (run / "convergence.png").stat().st_size > 0  # every run draws its figure
+    assert "![Ag per round, then Ap_t](convergence.png)" in (run / "report.md").read_text()
     target = tmp_path / "m.csv"
     assert cli.main(["results", "export", str(run), "--csv", str(target)]) == 0
     rows = list(csv.DictReader(target.open()))

@@ -57,3 +57,35 @@ def test_train_table_bad_input_is_one_line(tmp_path, capsys):
     assert cli.main(["train", "--scene", "fdu", "--data-dir", str(tmp_path), "--text-column",
                      "text", "--out", str(tmp_path / "x")]) == 1
     assert "--text-column applies to --scene table only" in capsys.readouterr().err
+
+
+def test_cross_device_table_trains_clients_without_test_rows(tmp_path, capsys):
+    """One-review users train with no test row (no Ag^k), test-only users are Ag_unseen, and
+    sampled rounds pad to the sampled clients' bucket."""
+    lines = ["text,label,user,split"]
+    for u in range(12):
+        n = 1 + 3 * (u % 3)  # 1, 4 or 7 reviews; the last of a larger user is a test row
+        lines += [f"review {u} {i} {('bad awful', 'good great')[(u + i) % 2]},{(u + i) % 2},"
+                  f"u{u:02d},{'test' if i == n - 1 and n > 1 else 'train'}" for i in range(n)]
+    lines += ["new good great,1,new0,test", "new bad awful,0,new1,test"]
+    data, out = tmp_path / "users.csv", tmp_path / "run"
+    data.write_text("\n".join(lines) + "\n")
+    args = ["train", "--scene", "table", "--data", str(data), "--text-column", "text",
+            "--label-column", "label", "--client-column", "user", "--split-column", "split",
+            "--clients-per-round", "3", "--out", str(out), *SMALL]
+    assert cli.main(args) == 0
+    assert "4 of 12 clients without test rows" in capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    no_test = [c for c in report["clients"] if c["M"] == 0]
+    assert len(no_test) == 4 and all(c["Ag"] is None for c in no_test)
+    assert (report["Ag_clients"], report["unseen_rows"]) == (8, 2)
+    assert 0 <= report["Ag_pooled"] <= 1 and report["Ag_unseen"] in (0, 0.5, 1)
+    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["Ag_coverage"] == 8 / 12 and row["padding_ratio"] >= 1
+    assert "Ag_unseen" in (out / "report.md").read_text()
+
+
+def test_pooled_accuracy_counts_each_test_row_once():
+    from fedjax_sc.run.cross_device import pooled_accuracy
+    assert pooled_accuracy([1.0, 0.5, float("nan")], [1, 4, 0]) == 3 / 5
+    assert pooled_accuracy([float("nan")], [0]) is None

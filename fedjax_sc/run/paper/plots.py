@@ -2,8 +2,8 @@
 aggregation round, then Ap_t per personalisation step) and per-client bar charts in the style
 of Tables 2-3, optionally with the paper's figures (:mod:`fedjax_sc.run.paper.tables`) marked.
 
-matplotlib is optional (``pip install 'fedjax_sc[plots]'``) and imported on first use; figures
-are drawn on an Agg canvas, without pyplot, so no global backend is switched.
+matplotlib is optional (``pip install 'fedjax_sc[plots]'``) and imported on first use; the
+drawing plumbing (an Agg canvas, no pyplot) is in :mod:`fedjax_sc.run.figures`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from typing import Any
 
 import numpy as np
 
-_NEED_MPL = "plots need matplotlib: pip install 'fedjax_sc[plots]'"
-_PNG_DPI = 120
+from fedjax_sc.run.figures import axes, percent, write
 
 
 def read_curves(run_dir: str | Path) -> dict[str, list[Any]]:
@@ -131,7 +130,7 @@ def convergence_figure(runs: Mapping[str, str | Path | Sequence[str | Path]],
     Returns:
       ``path`` as a :class:`~pathlib.Path`.
     """
-    fig, ax = _axes(figsize=(8.0, 4.5))
+    fig, ax = axes(figsize=(8.0, 4.5))
     switches = set()
     for i, (label, dirs) in enumerate(runs.items()):
         dirs = [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
@@ -145,14 +144,14 @@ def convergence_figure(runs: Mapping[str, str | Path | Sequence[str | Path]],
         # the colour cycle has 10 colours: the next ten lines are dashed, so none look alike
         style = {"marker": ".", "markersize": 3, "linewidth": 1.2,
                  "linestyle": ("-", "--", ":")[i // 10 % 3]}
-        (line,) = ax.plot(c["rounds"], _percent(c[key]), label=label, **style)
+        (line,) = ax.plot(c["rounds"], percent(c[key]), label=label, **style)
         ap_x = [last + t for t in range(len(c["Ap_t"]))]
         if c["Ap_t"]:  # a separate segment: no line drawn across the switch
-            ax.plot(ap_x, _percent(c["Ap_t"]), color=line.get_color(), **style)
+            ax.plot(ap_x, percent(c["Ap_t"]), color=line.get_color(), **style)
             switches.add(last)
         if len(dirs) > 1:
             for xs, k in ((c["rounds"], key), (ap_x, "Ap_t")):
-                ax.fill_between(xs, _percent(c[k + "_lo"]), _percent(c[k + "_hi"]),
+                ax.fill_between(xs, percent(c[k + "_lo"]), percent(c[k + "_hi"]),
                                 color=line.get_color(), alpha=0.2, linewidth=0)
     for x in sorted(switches):
         ax.axvline(x, color="grey", linestyle="--", linewidth=0.8)
@@ -188,7 +187,7 @@ def per_client_figure(table: Mapping[str, Mapping[str, float]], path: str | Path
     if scale is None:
         values = [v for m in methods for v in table[m].values() if v is not None]
         scale = 100.0 if values and all(0.0 <= v <= 1.0 for v in values) else 1.0
-    fig, ax = _axes(figsize=(min(24.0, max(6.0, 0.12 * len(clients) * (len(methods) + 1))), 4.5))
+    fig, ax = axes(figsize=(min(24.0, max(6.0, 0.12 * len(clients) * (len(methods) + 1))), 4.5))
     width = 0.8 / max(1, len(methods))
     shown: list[float] = []
     paper_label = "paper"
@@ -234,7 +233,7 @@ def grid_heatmap(ours: Mapping[str, Mapping[str, Mapping[str, float | None]]],
     metrics = list(ours)
     rows = list(next(iter(ours.values()))) if metrics else []
     cols = list(next(iter(next(iter(ours.values())).values()))) if rows else []
-    fig, _ = _axes(figsize=(2.2 + 1.4 * 2 * max(1, len(cols)), 0.8 + 1.1 * len(metrics) *
+    fig, _ = axes(figsize=(2.2 + 1.4 * 2 * max(1, len(cols)), 0.8 + 1.1 * len(metrics) *
                             max(1, len(rows))))
     fig.clear()
     grid = lambda table, m: np.array(
@@ -258,7 +257,7 @@ def grid_heatmap(ours: Mapping[str, Mapping[str, Mapping[str, float | None]]],
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    return _write(fig, path)
+    return write(fig, path)
 
 
 def _json(text: str, where: str) -> Any:
@@ -283,33 +282,8 @@ def _personal(personal: Mapping[str, float] | None, mode: str | None) -> float |
     return personal.get(mode)
 
 
-def _percent(values: list[float | None]) -> list[float]:
-    return [np.nan if v is None else 100.0 * v for v in values]
-
-
-def _axes(figsize: tuple[float, float]) -> tuple[Any, Any]:
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ModuleNotFoundError as e:
-        raise ModuleNotFoundError(_NEED_MPL, name="matplotlib") from e
-    fig = Figure(figsize=figsize)
-    FigureCanvasAgg(fig)
-    return fig, fig.add_subplot()
-
-
 def _save(fig: Any, ax: Any, path: str | Path, title: str | None) -> Path:
-    """Titles the figure and writes it to ``path`` (:func:`_write`)."""
+    """Titles the figure and writes it to ``path`` (:func:`fedjax_sc.run.figures.write`)."""
     if title:
         ax.set_title(title)
-    return _write(fig, path)
-
-
-def _write(fig: Any, path: str | Path) -> Path:
-    """Writes the figure to ``path`` (process 0 of several; the others only return it)."""
-    from fedjax_sc.run.plumbing.processes import primary
-    path = Path(path)
-    if primary():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=_PNG_DPI, format="png", bbox_inches="tight")  # room for legend
-    return path
+    return write(fig, path)
