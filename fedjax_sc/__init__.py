@@ -56,7 +56,7 @@ __all__ = [
     # the models
     "TextClassifier", "PrivateSharedClassifier", "init_params",
     # data
-    "synthetic_scene", "build_scene", "client_data",
+    "synthetic_scene", "table_scene", "build_scene", "client_data",
     # the compiled round, its states and populations
     "make_round_step", "build_round", "init_states", "ServerState", "ClientStates",
     "gather_table_rows", "scatter_table_rows", "build_population_round", "init_population",
@@ -67,9 +67,10 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """``fsc.train`` (:func:`fedjax_sc.run.api.train`), imported on first use: the run
-    machinery (orbax, the CLI's modules) is not loaded by ``import fedjax_sc``."""
-    if name == "train":
-        from fedjax_sc.run.api import train
-        return train
+    """``fsc.train`` (:func:`fedjax_sc.run.api.train`) and ``fsc.table_scene``
+    (:func:`fedjax_sc.run.api.table_scene`), imported on first use: the run machinery (orbax,
+    the CLI's modules, pyarrow) is not loaded by ``import fedjax_sc``."""
+    if name in ("train", "table_scene"):
+        from fedjax_sc.run import api
+        return getattr(api, name)
     raise AttributeError(f"module 'fedjax_sc' has no attribute {name!r}")

@@ -125,3 +125,38 @@ def _resume_in_parts(configs: list[Any], restarted: list[int], log: Callable[[st
         "finished" if reports[c.out] is not None else
         f"diverged at round {(rundir.last_round(Path(c.out)) or 0) + 1}" for c in configs], grid)
     return [reports[c.out] for c in configs]
+
+
+def table_scene(data: str | Path, *, text_column: str, label_column: str,
+                client_column: str | None = None, **settings: Any):
+    """A corpus of one's own as a :class:`~fedjax_sc.data.scenes.Scene`, read exactly as
+    ``fedjax-sc train --scene table`` reads it (its checks, tokeniser, partition and
+    vocabulary): a CSV, JSON-lines or Parquet file, a ``datasets`` folder or
+    ``hf:BUILDER:FILE``.
+
+    Args:
+      data: the training rows (with ``split_column``: every row).
+      text_column: the column of the review texts.
+      label_column: the column of their labels (any values; the classes are the sorted
+        distinct labels).
+      client_column: one client per distinct value (a natural-id partition); without it give
+        ``partition="iid"`` (or ``dirichlet``, with ``alpha``) and ``num_clients``.
+      **settings: any other field of :class:`~fedjax_sc.run.config.TrainConfig` the table
+        scene reads: ``test_data``, ``split_column``, ``test_fraction``, ``tokenizer``
+        (``basic`` by default), ``max_len`` (200), ``vocab_size`` (50,000),
+        ``partition_seed``, ``allow_empty_clients``...
+
+    Returns:
+      The scene: ``scene.train`` / ``scene.test`` for :func:`fedjax_sc.client_data`,
+      ``scene.vocab`` for the model's ``vocab_size``.
+
+    Raises:
+      ValueError / FileNotFoundError: as ``fedjax-sc train --scene table`` (one line naming
+        the file, column or setting).
+    """
+    from fedjax_sc.run.config import TrainConfig
+    from fedjax_sc.run.loading import load_scene
+    config = TrainConfig(scene="table", data=str(data), text_column=text_column,
+                         label_column=label_column, client_column=client_column,
+                         **settings).resolved()
+    return load_scene(config)

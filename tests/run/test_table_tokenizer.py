@@ -95,3 +95,15 @@ def test_a_bad_tokenizer_json_is_one_line(tmp_path, capsys, content, message):
     err = capsys.readouterr().err
     assert err.startswith(f"fedjax-sc: error: --tokenizer {path}: {message}")
     assert err.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+def test_fsc_table_scene_reads_a_table_as_the_cli_does(tmp_path):
+    """``fsc.table_scene``: the table scene from Python, its clients and basic words."""
+    import fedjax_sc as fsc
+    path = tmp_path / "t.csv"
+    path.write_text("text,label,client\ngood film,pos,a\nbad film,neg,a\nGreat!,pos,b\n"
+                    "awful.,neg,b\nnice,pos,a\nmeh,neg,b\n")
+    scene = fsc.table_scene(path, text_column="text", label_column="label",
+                            client_column="client", test_fraction=0.3)
+    assert scene.num_clients == 2
+    assert "great" in scene.vocab.words and "Great!" not in scene.vocab.words  # basic words

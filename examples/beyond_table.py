@@ -1,0 +1,68 @@
+"""The table of results/fdu/beyond.md from a folder of runs, one per method (the run folder's
+name is the method): Ag and Ap at the last round, Ag at rounds 1 and 5, seconds per round
+(median), the MB a client sends and receives per round, and the paired bootstrap difference
+to each reference run (``fedjax-sc compare``: test-sample noise only, one seed).
+
+    python examples/beyond_table.py ~/fedjax_runs/beyond --reference fedavg kteps \\
+        --methods fedavg fedper scaffold feddyn moon ditto fedrep fedbabu apfl per_fedavg \\
+        fedrod pfedme
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fedjax_sc.run.paper.compare import compare
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}"
+
+
+def difference(run: Path, reference: Path, ap: bool) -> str:
+    """``+d (low, high)`` in points, or n/a where either run lacks the figure."""
+    try:
+        r = compare(run, reference, ap=ap, log=lambda _: None)
+    except (ValueError, OSError):
+        return "n/a"
+    return f"{100 * r['diff']:+.1f} ({100 * r['low']:+.1f}, {100 * r['high']:+.1f})"
+
+
+def row(run: Path, references: list[Path]) -> str:
+    report = json.loads((run / "report.json").read_text())
+    rounds = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+              if r.get("phase") == "round"]
+    seconds = sorted(r["seconds"] for r in rounds)[len(rounds) // 2]
+    comm = report["communication"]
+    fifth = rounds[min(4, len(rounds) - 1)]["Ag"]
+    cells = [run.name, str(len(rounds)), pct(rounds[0]["Ag"]), pct(fifth), pct(report["Ag"]), pct(report.get("Ap")), f"{seconds:.1f}",
+             f"{comm['upload_sent_MB_mean']:.2f} / {comm['download_MB_mean']:.2f}"]
+    for ref in references:
+        same = ref.resolve() == run.resolve()
+        cells += ["" if same else difference(run, ref, False),
+                  "" if same else difference(run, ref, True)]
+    return "| " + " | ".join(cells) + " |"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", type=Path, help="the folder holding one run folder per method")
+    p.add_argument("--methods", nargs="+", required=True)
+    p.add_argument("--reference", nargs="*", default=["fedavg"],
+                   help="the methods every row is compared with")
+    args = p.parse_args()
+    refs = [args.runs / r for r in args.reference]
+    head = ["method", "rounds", "Ag r1", "Ag r5", "Ag", "Ap", "s / round", "MB up / down"]
+    for r in args.reference:
+        head += [f"Ag - {r}", f"Ap - {r}"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * 2 + "---:|" * (len(head) - 2))
+    for m in args.methods:
+        if (args.runs / m / "report.json").exists():
+            print(row(args.runs / m, refs))
+
+
+if __name__ == "__main__":
+    main()
