@@ -20,9 +20,9 @@ from fedjax_sc import streams
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.core import communication, personalize
 from fedjax_sc.core.evaluate import accuracy_list, mean_accuracy
-from fedjax_sc.run import cross_device, figures, hits, loading, rundir
+from fedjax_sc.run import cross_device, hits, loading, rundir
 from fedjax_sc.run.config import TrainConfig
-from fedjax_sc.run.plumbing import processes
+from fedjax_sc.run.plumbing import figures, processes
 from fedjax_sc.run.plumbing.tracking import Tracker
 from fedjax_sc.run.report import dp_report, environment, format_table, make_report
 from fedjax_sc.run.setup import Setup, global_params, tested_files
@@ -119,8 +119,8 @@ def personalize_phase(c: TrainConfig, algorithm, state, client_states, train_dat
 
 
 def _figure(out: Path, log) -> str:
-    """Draws the run's ``convergence.png`` (:func:`fedjax_sc.run.figures.run_figure`) where
-    matplotlib is installed; returns the line report.md embeds it with ("" without one)."""
+    """Draws the run's ``convergence.png``
+    (:func:`fedjax_sc.run.plumbing.figures.run_figure`) where matplotlib is installed; returns the line report.md embeds it with ("" without one)."""
     if not figures.have_matplotlib() or not processes.primary():
         return ""
     try:

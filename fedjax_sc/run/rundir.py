@@ -33,8 +33,8 @@ from fedjax_sc.run.plumbing.processes import primary
 LOCK = ".fedjax-sc.lock"
 """The lock file of a run folder (:func:`locked`), held while a process trains in it."""
 RUN_FILES = ("config.json", "vocab.json", "fingerprint.json", "metrics.jsonl", "report.json",
-             "report.md", "test_hits.json", "tensorboard", "wandb", "corrupt-checkpoints",
-             "checkpoints")
+             "report.md", "convergence.png", "test_hits.json", "tensorboard", "wandb",
+             "corrupt-checkpoints", "checkpoints")
 """The entries ``fedjax-sc train`` writes into its ``--out`` folder."""
 PROBE_GLOB = "probe-*.json"
 """The files ``fedjax-sc probe`` adds to a run folder."""

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fedjax_sc.run import figures
+from fedjax_sc.run.plumbing import figures
 
 pytest.importorskip("matplotlib")
 

@@ -23,9 +23,9 @@ def test_export_keeps_small_files_and_render_needs_nothing_else(tmp_path, capsys
               "--no-plots"]
     assert main(export) == 0
     run = dest / "synthetic" / "table3" / "fedavg-seed0"
-    assert sorted(p.name for p in run.iterdir()) == ["config.json", "metrics.jsonl",
-                                                       "report.json", "report.md",
-                                                       "test_hits.json"]
+    assert sorted(p.name for p in run.iterdir()) == ["config.json", "convergence.png",
+                                                       "metrics.jsonl", "report.json",
+                                                       "report.md", "test_hits.json"]
     report = json.loads((run / "report.json").read_text())
     md = (dest / "synthetic" / "table3.md").read_text()
     avg = next(line for line in md.splitlines() if line.startswith("| **Avg**"))

@@ -3,7 +3,7 @@ aggregation round, then Ap_t per personalisation step) and per-client bar charts
 of Tables 2-3, optionally with the paper's figures (:mod:`fedjax_sc.run.paper.tables`) marked.
 
 matplotlib is optional (``pip install 'fedjax_sc[plots]'``) and imported on first use; the
-drawing plumbing (an Agg canvas, no pyplot) is in :mod:`fedjax_sc.run.figures`.
+drawing plumbing (an Agg canvas, no pyplot) is in :mod:`fedjax_sc.run.plumbing.figures`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_sc.run.figures import axes, percent, write
+from fedjax_sc.run.plumbing.figures import axes, percent, write
 
 
 def read_curves(run_dir: str | Path) -> dict[str, list[Any]]:
@@ -283,7 +283,7 @@ def _personal(personal: Mapping[str, float] | None, mode: str | None) -> float |
 
 
 def _save(fig: Any, ax: Any, path: str | Path, title: str | None) -> Path:
-    """Titles the figure and writes it to ``path`` (:func:`fedjax_sc.run.figures.write`)."""
+    """Titles the figure and writes it to ``path`` (:func:`fedjax_sc.run.plumbing.figures.write`)."""
     if title:
         ax.set_title(title)
     return write(fig, path)

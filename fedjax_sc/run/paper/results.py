@@ -32,7 +32,8 @@ from fedjax_sc.run.paper import tables as paper
 from fedjax_sc.run.paper.reproduce import format_table, run_dir, seeds_label
 from fedjax_sc.run.paper.table_plan import TABLE23_METHODS, TABLES, client_metric, plan
 
-SMALL_FILES = ("config.json", "metrics.jsonl", "report.json", "report.md", "test_hits.json")
+SMALL_FILES = ("config.json", "metrics.jsonl", "report.json", "report.md", "test_hits.json",
+               "convergence.png")
 """What a run keeps in the repository (no checkpoints, no vocabulary)."""
 
 RUNS_OF = {"table2": "table3"}

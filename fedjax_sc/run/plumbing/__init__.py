@@ -1,2 +1,3 @@
 """Beneath the application, knowing nothing of it: several processes (:mod:`.processes`),
-experiment tracking (:mod:`.tracking`) and flag spelling (:mod:`.flags`)."""
+experiment tracking (:mod:`.tracking`), flag spelling (:mod:`.flags`) and the figures'
+matplotlib plumbing with the run's own figure (:mod:`.figures`)."""
