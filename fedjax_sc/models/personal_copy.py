@@ -42,8 +42,8 @@ class PersonalCopy(nn.Module):
     """``base`` twice, w (its top-level modules as they are) and v (each again as
     ``private_<name>``), and with ``alpha`` the float32 scalar leaf ``alpha``.
 
-    ``init`` draws ``base``'s params once and uses them for both copies (v = w at init; alpha
-    starts at the given value). ``__call__(tokens)`` maps int32 ``[batch, len]`` tokens to the
+    ``init`` draws ``base``'s params once, from the key ``base.init`` would get, and uses them
+    for both copies (v = w at init; alpha starts at the given value). ``__call__(tokens)`` maps int32 ``[batch, len]`` tokens to the
     personalised model's float32 ``[batch, C]`` logits: ``base`` on :func:`personal`'s params.
 
     Attributes:
@@ -60,20 +60,27 @@ class PersonalCopy(nn.Module):
     vocab_size = property(lambda self: self.base.vocab_size)  # read by init_params
     embed_dim = property(lambda self: self.base.embed_dim)
 
+    def init(self, rngs, *args, **kwargs):
+        """``base.init(rngs, *args, **kwargs)``'s params as both copies: w is exactly what
+        ``base`` draws from the same key, so a method on this model and FedAvg on ``base``
+        start from the same global model (:func:`~fedjax_sc.models.text_classifier.
+        init_params` gives both the same pretrained rows); v = w; alpha its initial value.
+
+        Raises:
+          ValueError: ``base`` has ``private_*`` (or ``alpha``) modules.
+        """
+        variables = self.base.clone(parent=None).init(rngs, *args, **kwargs)
+        w = variables["params"]
+        clash = sorted(k for k in w if k.startswith(PREFIX) or k == ALPHA)
+        if clash:
+            raise ValueError(f"PersonalCopy copies a one-branch model; "
+                             f"{type(self.base).__name__} has modules {clash}")
+        alpha = None if self.alpha is None else jnp.asarray(self.alpha, jnp.float32)
+        return {**variables, "params": join(w, w, alpha)}
+
     @nn.compact
     def __call__(self, tokens: jax.Array) -> jax.Array:
         base = self.base.clone(parent=None)
-        if self.is_initializing():
-            w = base.init(self.make_rng("params"), tokens)["params"]
-            clash = sorted(k for k in w if k.startswith(PREFIX) or k == ALPHA)
-            if clash:
-                raise ValueError(f"PersonalCopy copies a one-branch model; "
-                                 f"{type(base).__name__} has modules {clash}")
-            for name, value in w.items():
-                for copy in (name, PREFIX + name):
-                    self.param(copy, lambda _, value=value: value)
-            if self.alpha is not None:
-                self.param(ALPHA, nn.initializers.constant(self.alpha), (), jnp.float32)
         return base.apply({"params": personal(self.variables["params"])}, tokens)
 
 

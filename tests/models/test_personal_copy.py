@@ -56,3 +56,12 @@ def test_the_personal_params_are_the_mixture():
         PersonalCopy(BASE, 0.25).apply({"params": moved}, TOKENS),
         BASE.apply({"params": jax.tree.map(lambda x: x + 0.25, parts(params)[0])}, TOKENS),
         atol=1e-6)
+
+
+def test_the_global_copy_is_what_the_base_model_draws_from_the_same_key():
+    """A method on PersonalCopy and FedAvg on the base model start from the same model."""
+    base = TextClassifier(vocab_size=30, embed_dim=4, hidden=2, mlp_hidden=3)
+    alone = init_params(base, jax.random.key(3))
+    w, v, _ = parts(init_params(PersonalCopy(base, alpha=0.25), jax.random.key(3)))
+    chex.assert_trees_all_equal(w, alone)
+    chex.assert_trees_all_equal(v, alone)
