@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from fedjax_sc.algorithms import hparams
+from fedjax_sc.algorithms.context import is_spec
 from fedjax_sc.core.heterogeneity import LocalWork
+from fedjax_sc.run import registry
 from fedjax_sc.run.plumbing.flags import flag
 
 RANGES = {
@@ -34,10 +36,19 @@ def check(c: Any) -> LocalWork:
 
     Raises:
       ValueError: ``--lr must be >= 0, got -1.0``: a number out of its range or not a number;
-        a malformed ``--local-steps`` or another setting :func:`local_work` refuses.
+        a malformed ``--local-steps`` or another setting :func:`local_work` refuses; a
+        setting the algorithm's builder refuses (``FedProx mu must be >= 0``).
     """
     for name, (ok, what) in RANGES.items():
         hparams.check(flag(name), getattr(c, name), ok, what)
+    if registry.known(c.algorithm) and not is_spec(c.algorithm):
+        # the algorithm built once at placeholder sizes: its builders check their own settings
+        # (--prox-mu, --ditto-lambda, --pfedme-k, ...) before any corpus is read
+        registry.build_algorithm(
+            c.algorithm, vocab_size=8, num_classes=2, embed_dim=c.embed_dim or 200,
+            num_clients=2, upload_noise=c.upload_noise, dp_clip=c.dp_clip,
+            dp_noise=c.dp_noise, server_opt=c.server_opt,
+            **{o: getattr(c, registry.config_field(o)) for o in registry.OPTIONS})
     return local_work(c)
 
 

@@ -15,6 +15,11 @@ BAD = [
     (["--embedding-lr", "-0.5"], "--embedding-lr must be >= 0, got -0.5"),
     (["--momentum", "1.5"], "--momentum must be in [0, 1), got 1.5"),
     (["--server-opt", "adam", "--server-lr", "0"], "--server-lr must be > 0, got 0.0"),
+    # an algorithm's own settings, checked by its builder at placeholder sizes
+    (["--algorithm", "fedprox", "--prox-mu", "-1"], "FedProx mu must be >= 0, got -1.0"),
+    (["--algorithm", "pfedme", "--pfedme-k", "0"], "pFedMe K must be an int >= 1, got 0"),
+    (["--algorithm", "moon", "--moon-temperature", "0"],
+     "MOON temperature must be > 0, got 0.0"),
 ]
 
 
