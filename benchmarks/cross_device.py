@@ -11,6 +11,10 @@ masked no-ops).
 
     python benchmarks/cross_device.py                       # K 10,000, M 100, Zipf 1.5
     python benchmarks/cross_device.py --zipf 2 --rounds 3   # a lighter tail
+
+The scene is the CLI's (``TrainConfig`` through ``load_scene``): that of ``fedjax-sc train
+--scene synthetic --synthetic-clients 10000 --synthetic-zipf 1.5 --synthetic-train 256
+--synthetic-test 1 --max-len 32 --vocab-size 5000``, whose rounds ``--padding`` pads.
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ def main() -> None:
     from fedjax_sc.core.feed import ClientFeed, CompiledRounds
     from fedjax_sc.core.round import ClientStates, build_round, init_states
     from fedjax_sc.data.client_data import host_client_data
-    from fedjax_sc.data.partition import zipf_sizes
-    from fedjax_sc.data.scenes import build_scene, synthetic_corpora
     from fedjax_sc.models.text_classifier import TextClassifier, init_params
+    from fedjax_sc.run.config import TrainConfig
+    from fedjax_sc.run.loading import load_scene
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--clients", type=int, default=10_000)
@@ -46,11 +50,11 @@ def main() -> None:
     a = p.parse_args()
 
     t0 = time.perf_counter()
-    sizes = zipf_sizes(a.clients, a.zipf, seed=0, largest=a.largest)
-    corpora = synthetic_corpora(num_clients=a.clients, test_per_client=1, max_len=a.max_len,
-                                train_sizes=sizes.tolist())
-    scene = build_scene("synthetic", corpora, num_classes=2, max_len=a.max_len,
-                        vocab_size=5000)
+    scene = load_scene(TrainConfig(
+        scene="synthetic", synthetic_clients=a.clients, synthetic_zipf=a.zipf,
+        synthetic_train=a.largest, synthetic_test=1, max_len=a.max_len,
+        vocab_size=5000).resolved())
+    sizes = scene.train.counts
     host = host_client_data(scene.train)
     print(f"{jax.devices()[0].device_kind}: K = {a.clients:,} clients, Zipf({a.zipf}) sizes "
           f"clipped to {a.largest}: {int(sizes.sum()):,} examples, median "

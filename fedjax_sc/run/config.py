@@ -30,8 +30,8 @@ from typing import Any
 
 from fedjax_sc.algorithms.context import is_spec, load
 from fedjax_sc.algorithms.noise import PAPER_SIGMA
-from fedjax_sc.core import participation, personalize
-from fedjax_sc.data import flwr_partition, partition, scenes
+from fedjax_sc.core import personalize
+from fedjax_sc.data import flwr_partition, scenes
 from fedjax_sc.run import ranges, registry, table_scene
 from fedjax_sc.run.plumbing.flags import flag
 from fedjax_sc.run.registry import ALGORITHMS
@@ -183,6 +183,10 @@ class TrainConfig:
         (sampled with probability proportional to N^k, equal aggregation weights, so the
         expected update is the full weighted mean; Li et al. 2020, "On the convergence of
         FedAvg on non-IID data", scheme I without replacement).
+      padding: a sampled round's example axis: ``auto`` (``bucket`` for a cross-device
+        scene, else ``global``; :func:`fedjax_sc.run.cross_device.padding`), ``bucket``,
+        ``sampled`` or ``global``; figures change by float32 rounding only, so a run resumes
+        with another padding (:func:`config_diff`).
       local_steps: heterogeneous local work (:mod:`fedjax_sc.core.heterogeneity`): ``"N"``,
         N local steps for every client each round, or ``"LO:HI"``, drawn per client and
         round uniformly from LO..HI; None: ``local_epochs`` epochs of the client's own data
@@ -201,6 +205,8 @@ class TrainConfig:
         the file.
       local_vocab: train only each client's local-vocabulary rows (exact; paper Remark 3).
       synthetic_clients / synthetic_train / synthetic_test: synthetic scene sizes.
+      synthetic_zipf: None, or the exponent of Zipf-distributed synthetic training sizes
+        (:func:`fedjax_sc.data.partition.zipf_sizes`, clipped to ``synthetic_train``).
       tensorboard: also write the metrics as TensorBoard event files in
         ``out/tensorboard/`` (:mod:`fedjax_sc.run.plumbing.tracking`; needs tensorboardX).
       wandb: also log the metrics, this configuration and the final Ag/Ap to a Weights &
@@ -299,6 +305,7 @@ class TrainConfig:
     partition_seed: int = 0
     clients_per_round: int | None = None
     sampling: str = "uniform"
+    padding: str = "auto"
     local_steps: str | None = None
     client_dropout: float = 0.0
     straggler_fraction: float = 0.0
@@ -310,6 +317,7 @@ class TrainConfig:
     synthetic_clients: int = _synthetic("num_clients")
     synthetic_train: int = _synthetic("train_per_client")
     synthetic_test: int = _synthetic("test_per_client")
+    synthetic_zipf: float | None = None
     tensorboard: bool = False
     wandb: bool = False
     wandb_project: str = "fedjax-sc"
@@ -400,22 +408,7 @@ class TrainConfig:
             raise ValueError(f"dp_clip must be > 0, got {c.dp_clip}")
         if not 0 < c.dp_delta < 1:
             raise ValueError(f"dp_delta must lie in (0, 1), got {c.dp_delta}")
-        if c.partition not in partition.PARTITIONS:
-            raise ValueError(f"unknown partition {c.partition!r}; choose from "
-                             f"{partition.PARTITIONS}")
-        if c.partition == "natural":
-            if c.num_clients is not None or c.alpha is not None or c.beta is not None:
-                raise ValueError("--num-clients, --alpha and --beta need --partition "
-                                 "dirichlet_label or dirichlet_quantity")
-        elif c.num_clients is None or c.num_clients < 1:
-            raise ValueError(f"--partition {c.partition} needs --num-clients >= 1")
-        partition.check_flwr(c.partition, c.alpha, c.beta, c.min_partition_size,
-                             c.self_balancing)
-        if c.sampling not in participation.SAMPLINGS:
-            raise ValueError(f"unknown sampling {c.sampling!r}; choose from "
-                             f"{participation.SAMPLINGS}")
-        if c.clients_per_round is not None and c.clients_per_round < 1:
-            raise ValueError(f"--clients-per-round must be >= 1, got {c.clients_per_round}")
+        ranges.clients(c)  # --partition, --sampling, --padding, --synthetic-zipf, ...
         return c
 
 
@@ -432,16 +425,17 @@ def config_from_json(fields: dict[str, Any]) -> TrainConfig:
 def config_diff(saved: dict[str, Any], c: TrainConfig) -> dict[str, tuple[Any, Any]]:
     """``{field: (saved, now)}`` for the training settings in which a saved ``config.json``
     differs from ``c``. The rounds, the output folder and the Ap phase's settings may differ
-    (a run continues, or only its evaluation is redone), and so may the spelling of the data
-    folder or files and the table scene's ``label_names``, read from its data (the data
-    themselves are compared by their fingerprint,
+    (a run continues, or only its evaluation is redone), and so may ``padding`` (how the
+    rounds are fed: the figures change by float32 rounding only; config.json then records the
+    new one), the spelling of the data folder or files and the table scene's ``label_names``,
+    read from its data (the data themselves are compared by their fingerprint,
     :func:`fedjax_sc.run.rundir.check_resume_data`), and an option the run's algorithm does not
     read (:func:`fedjax_sc.run.registry.reads`: a FedAvg run is the same whatever FedFusion's
     operator); a field an older version did not write is compared with its default (what that
     version did)."""
     ignore = {"rounds", "resume", "overwrite", "out", "ap", "ap_evals", "ap_steps", "data",
               "ap_lr_mult", "ap_mode", "data_dir", "tensorboard", "test_data", "label_names",
-              "wandb", "wandb_project", "wandb_mode"}
+              "wandb", "wandb_project", "wandb_mode", "padding"}
     defaults = {**json.loads(json.dumps(dataclasses.asdict(TrainConfig()))),
                 **table_scene.saved_defaults(saved)}
     now = json.loads(json.dumps(dataclasses.asdict(c)))

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from fedjax_sc.core import participation
 from fedjax_sc.data import scenes
 from fedjax_sc.data.client_data import client_data
 
@@ -35,14 +36,36 @@ def applies(scene: scenes.Scene) -> bool:
                                         and bool(np.any(scene.counts("test") == 0)))
 
 
-def padding(scene: scenes.Scene) -> str:
+PADDINGS = ("auto", *participation.PADDINGS)
+"""``--padding``'s values: ``auto`` (:func:`padding` chooses by the scene) or one of
+:data:`~fedjax_sc.core.participation.PADDINGS`."""
+
+
+def padding(scene: scenes.Scene, choice: str = "auto") -> str:
     """How a sampled round pads its clients' example axis
-    (:data:`~fedjax_sc.core.participation.PADDINGS`): ``bucket`` (the largest sampled client,
-    rounded up to a power of two) for a cross-device scene, ``global`` (the scene's largest
-    client, one program, as runs were trained before) otherwise, so that other scenes' runs
-    and their resumptions keep their figures bit for bit (a bucket changes them by float32
-    rounding only)."""
+    (:data:`~fedjax_sc.core.participation.PADDINGS`): ``choice`` itself unless it is ``auto``;
+    for ``auto``, ``bucket`` (the largest sampled client, rounded up to a power of two) for a
+    cross-device scene, ``global`` (the scene's largest client, one program, as runs were
+    trained before) otherwise, so that other scenes' runs and their resumptions keep their
+    figures bit for bit (a bucket changes them by float32 rounding only).
+
+    Raises:
+      ValueError: ``choice`` not one of :data:`PADDINGS` (:func:`check_padding`).
+    """
+    if check_padding(choice) != "auto":
+        return choice
     return "bucket" if applies(scene) else "global"
+
+
+def check_padding(choice: str) -> str:
+    """``choice`` when it is one of :data:`PADDINGS`.
+
+    Raises:
+      ValueError: another value, in one line naming ``--padding``.
+    """
+    if choice not in PADDINGS:
+        raise ValueError(f"--padding {choice!r}: choose from {', '.join(PADDINGS)}")
+    return choice
 
 
 def pooled_accuracy(per_client: Any, counts: Any) -> float | None:

@@ -47,7 +47,11 @@ from fedjax_sc.run.plumbing import processes
 def load_scene(c: TrainConfig) -> scenes.Scene:
     """The scene a resolved config names: its domains' corpora, re-partitioned into
     ``c.num_clients`` clients unless ``c.partition`` is ``natural``, then ``build_scene``
-    (the table scene: :func:`fedjax_sc.run.table_scene.load`, C from its data)."""
+    (the table scene: :func:`fedjax_sc.run.table_scene.load`, C from its data; the synthetic
+    scene with ``c.synthetic_zipf``: training sizes of
+    :func:`fedjax_sc.data.partition.zipf_sizes`, seeded by ``c.partition_seed``, clipped to
+    ``c.synthetic_train``; every client ``c.synthetic_test`` test rows, so it is no
+    cross-device scene, :func:`fedjax_sc.run.cross_device.applies`)."""
     if c.scene == "table":
         corpora, label_names, unseen = table_scene.load(c)
         name = "table" if c.partition == "natural" else f"table-{c.partition}"
@@ -60,11 +64,15 @@ def load_scene(c: TrainConfig) -> scenes.Scene:
                            dev_holdout=c.dev_holdout)
     elif c.scene == "iyy":
         corpora = read_iyy(c.data_dir, dev_holdout=c.dev_holdout)
-    else:
+    else:  # --synthetic-zipf: Zipf sizes clipped to --synthetic-train, each --synthetic-test
+        sizes = None if c.synthetic_zipf is None else partition.zipf_sizes(
+            c.synthetic_clients, c.synthetic_zipf, seed=c.partition_seed,
+            largest=c.synthetic_train).tolist()
         corpora = scenes.synthetic_corpora(num_clients=c.synthetic_clients,
                                            train_per_client=c.synthetic_train,
                                            test_per_client=c.synthetic_test,
-                                           max_len=c.max_len, seed=c.partition_seed)
+                                           max_len=c.max_len, seed=c.partition_seed,
+                                           train_sizes=sizes)
     num_classes = NUM_CLASSES[c.scene]
     name = c.scene
     if c.partition != "natural":

@@ -7,6 +7,7 @@ import argparse
 
 from fedjax_sc.data.partition import PARTITIONS
 from fedjax_sc.run.config import DTYPES, SCENES, TrainConfig
+from fedjax_sc.run.cross_device import PADDINGS
 from fedjax_sc.run.members import GRID_NAMES
 from fedjax_sc.run.plumbing.flags import flag
 from fedjax_sc.run.registry import ALGORITHMS, OPTIONS, config_field, known
@@ -108,6 +109,12 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="M clients sampled per round without replacement (default: all)")
     f.add_argument("--sampling", choices=("uniform", "size"), default=default("sampling"),
                    help="uniform (N^k-weighted mean) or proportional to N^k (plain mean)")
+    f.add_argument("--padding", default=default("padding"),
+                   metavar="{" + ",".join(PADDINGS) + "}", help="a sampled round's example "
+                   "axis: the largest sampled client rounded up to a power of two (bucket), "
+                   "exactly (sampled: a program per size) or the scene's largest client "
+                   "(global); auto: bucket for a cross-device scene, else global. Figures "
+                   "change by float32 rounding only: a run may resume with another")
     h = t.add_argument_group("heterogeneous clients (masks in the one compiled round)")
     h.add_argument("--local-steps", metavar="N|LO:HI",
                    help="local steps per client and round: N for every client, or drawn "
@@ -213,6 +220,11 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="train reviews per client")
     t.add_argument("--synthetic-test", type=int, default=default("synthetic_test"),
                    help="test reviews per client")
+    t.add_argument("--synthetic-zipf", type=float, metavar="EXPONENT", help="train reviews "
+                   "per client drawn from a Zipf law of this exponent (> 1; most clients hold "
+                   "one or two), clipped to --synthetic-train; each client still has "
+                   "--synthetic-test test reviews (default: off, --synthetic-train times 1.0 "
+                   "down to 0.6 over the clients)")
     if grid:
         t.add_argument("--out", help="the results store (default: runs/reproduce, or "
                        "runs/reproduce-quick with --quick)")

@@ -1,9 +1,10 @@
-"""The ranges of a configuration's numbers, checked when it is resolved
+"""The ranges of a configuration's numbers and choices, checked when it is resolved
 (:meth:`fedjax_sc.run.config.TrainConfig.resolved`), before any corpus is read, each error
 naming its flag: the client and server optimizers' settings (their builders check the same
-ranges for the library's callers, :mod:`fedjax_sc.algorithms.hparams`) and the
-heterogeneous clients' (:class:`fedjax_sc.core.heterogeneity.LocalWork`). An algorithm's own
-options are checked by its builder.
+ranges for the library's callers, :mod:`fedjax_sc.algorithms.hparams`), the
+heterogeneous clients' (:class:`fedjax_sc.core.heterogeneity.LocalWork`) and how the clients
+are made, sampled and padded (:func:`clients`). An algorithm's own options are checked by its
+builder.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from typing import Any
 
 from fedjax_sc.algorithms import hparams
 from fedjax_sc.algorithms.context import is_spec
+from fedjax_sc.core import participation
 from fedjax_sc.core.heterogeneity import LocalWork
-from fedjax_sc.run import registry
+from fedjax_sc.data import partition
+from fedjax_sc.run import cross_device, registry
 from fedjax_sc.run.plumbing.flags import flag
 
 RANGES = {
@@ -75,3 +78,39 @@ def local_work(c: Any) -> LocalWork:
     return LocalWork(steps, steps_range, c.client_dropout, c.straggler_fraction,
                      c.straggler_policy, c.aggregation, c.momentum if nova else 0.0,
                      prox).check()
+
+
+def clients(c: Any) -> None:
+    """Checks how the clients of resolved config ``c`` are made, drawn and fed:
+    ``--partition`` with ``--num-clients``, ``--alpha``, ``--beta`` and flwr-datasets'
+    settings, ``--synthetic-zipf``, ``--sampling``, ``--clients-per-round`` and
+    ``--padding`` (:data:`fedjax_sc.run.cross_device.PADDINGS`).
+
+    Raises:
+      ValueError: an unknown partition, sampling or padding; a partition's missing or
+        extra setting; ``--synthetic-zipf`` not above 1, with another scene or another
+        partition than natural; ``--clients-per-round`` < 1 (each names its flag).
+    """
+    if c.partition not in partition.PARTITIONS:
+        raise ValueError(f"unknown partition {c.partition!r}; choose from "
+                         f"{partition.PARTITIONS}")
+    if c.partition == "natural":
+        if c.num_clients is not None or c.alpha is not None or c.beta is not None:
+            raise ValueError("--num-clients, --alpha and --beta need --partition "
+                             "dirichlet_label or dirichlet_quantity")
+    elif c.num_clients is None or c.num_clients < 1:
+        raise ValueError(f"--partition {c.partition} needs --num-clients >= 1")
+    partition.check_flwr(c.partition, c.alpha, c.beta, c.min_partition_size,
+                         c.self_balancing)
+    if c.synthetic_zipf is not None:
+        if c.scene != "synthetic" or c.partition != "natural":
+            raise ValueError("--synthetic-zipf sets the synthetic clients' sizes: it needs "
+                             "--scene synthetic and the natural partition")
+        if not c.synthetic_zipf > 1:
+            raise ValueError(f"--synthetic-zipf must be > 1, got {c.synthetic_zipf}")
+    if c.sampling not in participation.SAMPLINGS:
+        raise ValueError(f"unknown sampling {c.sampling!r}; choose from "
+                         f"{participation.SAMPLINGS}")
+    if c.clients_per_round is not None and c.clients_per_round < 1:
+        raise ValueError(f"--clients-per-round must be >= 1, got {c.clients_per_round}")
+    cross_device.check_padding(c.padding)

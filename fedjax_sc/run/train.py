@@ -266,7 +266,7 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
     feed = PopulationFeed(p.round_host, client_states, mesh, [m.seed for m in cs],
                           c.clients_per_round, c.sampling,
                           *((scene.num_clients, scene.share[0]) if scene.share else ()),
-                          padding=cross_device.padding(scene))
+                          padding=cross_device.padding(scene, c.padding))
     rows = int(dict(mesh.shape)[sharding.MEMBERS])
     if feed.partial or mesh.size > 1:
         log(f"{feed.num_sampled} of {feed.num_clients} clients per round "
