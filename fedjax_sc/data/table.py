@@ -16,9 +16,11 @@ corpora of the other readers (``{client: {"train": Corpus, "test": Corpus}}``), 
   in file order (flwr-datasets' ``NaturalIdPartitioner``); otherwise a partition of
   :mod:`fedjax_sc.data.partition` splits the rows into N clients.
 * Test split: a second file of the same columns, a split column (``train`` / ``test``), a
-  DatasetDict's ``test`` split, or else a fraction held out per client as ``datasets``'
-  ``Dataset.train_test_split(test_size=fraction, seed=seed)`` holds it out, keeping at least
-  one row for training (a client of one row trains on it and has no test row).
+  DatasetDict's ``test`` split, or else a fraction held out per client, keeping at least one
+  row for training (a client of one row trains on it and has no test row): random rows, as
+  ``datasets``' ``Dataset.train_test_split(test_size=fraction, seed=seed)`` holds them out,
+  or (with a client column) each client's last rows in file order, a time-ordered split when
+  the file is in time order (:data:`TEST_SPLITS`).
 * Cross-device shapes (with a client column): a client without test rows trains and has no
   Ag^k; test rows of a client that has no training rows are the *unseen* clients' rows
   (:attr:`TableCorpora.unseen`, one pooled corpus), evaluated apart.
@@ -52,6 +54,9 @@ HF_BUILDERS = ("csv", "json", "parquet", "arrow")
 DEFAULT_TEST_FRACTION = 0.2
 """Held out per client without a test file: FDU-MTL's own ratio (400 test reviews of 2,000
 per domain) and flwr-datasets' examples' ``train_test_split(test_size=0.2)``."""
+TEST_SPLITS = ("random", "last")
+"""Which rows of a client a held-out fraction takes (:func:`read_table`'s ``test_split``):
+random ones, or its last ones in file order."""
 
 
 class MissingDatasetsError(ImportError, RuntimeError):
@@ -248,24 +253,45 @@ def _corpus(texts: list[str], labels: np.ndarray, source: str) -> Corpus:
                   source=source, num_empty=0, num_latin1_lines=0)
 
 
-def _hold_out(corpus: Corpus, fraction: float, seed: int, client: str) -> dict[str, Corpus]:
-    """``datasets.Dataset.train_test_split(test_size=fraction, seed=seed)`` of one client:
-    a ``default_rng(seed)`` permutation, its first ``min(ceil(fraction * n), n - 1)`` rows
-    the test split, the rest the training split, both in the permuted order. At least one row
-    trains (LEAF's per-user split keeps one too): a client of one row has no test row."""
+def check_test_split(split: str | None, client_column: str | None) -> None:
+    """Checks ``--test-split`` (None: ``random``).
+
+    Raises:
+      ValueError: a value not in :data:`TEST_SPLITS`, or ``last`` without a client column (a
+        partition's clients hold their rows shuffled: no file order is left).
+    """
+    if split is not None and split not in TEST_SPLITS:
+        raise ValueError(f"--test-split {split!r}: choose from {', '.join(TEST_SPLITS)}")
+    if split == "last" and client_column is None:
+        raise ValueError("--test-split last holds out each client's last rows in file order: "
+                         "it needs --client-column (a partition shuffles the rows)")
+
+
+def _hold_out(corpus: Corpus, fraction: float, seed: int,
+              split: str | None = None) -> dict[str, Corpus]:
+    """One client's ``min(ceil(fraction * n), n - 1)`` held-out rows of its n. ``random``
+    (None): ``datasets.Dataset.train_test_split(test_size=fraction, seed=seed)``, a
+    ``default_rng(seed)`` permutation, its first rows the test split, the rest the training
+    split, both in the permuted order; ``last``: the client's last rows the test split, those
+    before them the training split, both in file order. At least one row trains (LEAF's
+    per-user split keeps one too): a client of one row has no test row."""
     n = len(corpus)
     n_test = min(math.ceil(fraction * n), n - 1)
-    order = np.random.default_rng(seed).permutation(n)
+    if split == "last":
+        order, what = np.roll(np.arange(n), n_test), f"last {fraction}"  # the last first
+    else:
+        order, what = np.random.default_rng(seed).permutation(n), f"{fraction}"
     return {s: _corpus([corpus.texts[i] for i in idx], corpus.labels[idx],
-                       f"{corpus.source} ({s}; {fraction} held out)")
+                       f"{corpus.source} ({s}; {what} held out)")
             for s, idx in (("train", order[n_test:]), ("test", order[:n_test]))}
 
 
 def read_table(data: str, *, text_column: str, label_column: str,
                client_column: str | None = None, split_column: str | None = None,
                test_data: str | None = None, test_fraction: float | None = None,
-               label_names: Sequence | None = None, partition: str = "natural",
-               num_clients: int | None = None, alpha: float | None = None,
+               test_split: str | None = None, label_names: Sequence | None = None,
+               partition: str = "natural", num_clients: int | None = None,
+               alpha: float | None = None,
                beta: float | None = None, seed: int = 0,
                min_partition_size: int = partition_lib.flwr_partition.MIN_PARTITION_SIZE,
                self_balancing: bool = False) -> TableCorpora:
@@ -281,6 +307,8 @@ def read_table(data: str, *, text_column: str, label_column: str,
       test_data: a file with the same columns: the test split.
       test_fraction: without a test split, the fraction of each client held out
         (default :data:`DEFAULT_TEST_FRACTION`), seeded by ``seed``.
+      test_split: which rows ``test_fraction`` takes (:data:`TEST_SPLITS`): ``random``
+        (None), or ``last``, each client's last rows in file order (needs ``client_column``).
       label_names: the classes, in order (every label must be one of them); None: the
         training labels' distinct values, sorted.
       partition, num_clients, alpha, beta, min_partition_size, self_balancing: without a client
@@ -297,7 +325,8 @@ def read_table(data: str, *, text_column: str, label_column: str,
         a row without text (null, empty or blank), label, client or split value, a split
         value other than ``train`` / ``test``, a test label or client absent from the
         training rows or of another type, ``label_names`` of mixed types, one class only, a
-        client without training or test examples; also conflicting arguments.
+        client without training or test examples; also conflicting arguments
+        (:func:`check_test_split`).
       FileNotFoundError: ``data`` or ``test_data`` missing.
       MissingDatasetsError: (an ImportError) a datasets folder or ``hf:`` without the
         ``datasets`` package.
@@ -307,6 +336,7 @@ def read_table(data: str, *, text_column: str, label_column: str,
                          "--partition other than natural with --num-clients, not both")
     if split_column is not None and test_data is not None:
         raise ValueError("--split-column and --test-data: give one test split")
+    check_test_split(test_split, client_column)
     columns = {"text": (text_column, "--text-column"), "label": (label_column, "--label-column")}
     if client_column is not None:
         columns["client"] = (client_column, "--client-column")
@@ -376,9 +406,9 @@ def read_table(data: str, *, text_column: str, label_column: str,
         fraction = DEFAULT_TEST_FRACTION if test_fraction is None else test_fraction
         if not 0 < fraction < 1:
             raise ValueError(f"--test-fraction must lie in (0, 1), got {fraction}")
-        corpora = {c: _hold_out(parts["train"], fraction, seed, c)
+        corpora = {c: _hold_out(parts["train"], fraction, seed, test_split)
                    for c, parts in corpora.items()}
-    elif test_fraction is not None:
-        raise ValueError("--test-fraction: the test split is given (--test-data, "
-                         "--split-column or a DatasetDict's 'test')")
+    elif test_fraction is not None or test_split is not None:
+        raise ValueError("--test-fraction and --test-split: the test split is given "
+                         "(--test-data, --split-column or a DatasetDict's 'test')")
     return TableCorpora(corpora, tuple(classes), unseen)

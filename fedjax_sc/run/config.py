@@ -83,6 +83,8 @@ class TrainConfig:
       split_column: table: a column of ``train`` / ``test`` values splitting ``data``.
       test_fraction: table without a test split: each client's share held out, seeded by
         ``partition_seed`` (default 0.2: FDU-MTL's 400 of 2,000 reviews per domain).
+      test_split: table without a test split: which rows are held out, ``random`` (default)
+        or each client's ``last`` rows in file order (needs ``client_column``).
       label_names: table: the label value of each class, filled from the data when a run is
         written (the labels' distinct values, sorted); set, it fixes the classes and order.
       tokenizer: table: ``basic`` (default), ``whitespace`` or a ``tokenizer.json``
@@ -230,6 +232,7 @@ class TrainConfig:
     client_column: str | None = None
     split_column: str | None = None
     test_fraction: float | None = None
+    test_split: str | None = None
     label_names: tuple | None = None
     tokenizer: str | None = None
     min_partition_size: int = flwr_partition.MIN_PARTITION_SIZE

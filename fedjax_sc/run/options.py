@@ -162,6 +162,9 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
         o.add_argument("--test-fraction", type=float, metavar="F", help="without a test split: "
                        "each client's share held out (at least one example), seeded by "
                        "--partition-seed (default 0.2: FDU-MTL's 400 of 2,000 per domain)")
+        o.add_argument("--test-split", metavar="{random,last}", help="which rows "
+                       "--test-fraction holds out: random ones (default) or each client's "
+                       "last ones in file order, a time-ordered split (needs --client-column)")
         o.add_argument("--tokenizer", metavar="T", help="how texts become words: basic "
                        "(default: lower-cased, Unicode-normalised, punctuation and clitics split "
                        "as GloVe's words: don't -> do n't), whitespace (pre-tokenised texts) or "

@@ -15,7 +15,7 @@ from typing import Any
 from fedjax_sc.run.plumbing.flags import flag
 
 FIELDS = ("data", "test_data", "text_column", "label_column", "client_column", "split_column",
-          "test_fraction", "label_names", "tokenizer")
+          "test_fraction", "test_split", "label_names", "tokenizer")
 """The fields that only ``--scene table`` takes."""
 OLD_TOKENIZER = "whitespace"
 """The tokeniser of a table run whose ``config.json`` has no ``tokenizer``: the only one
@@ -47,11 +47,15 @@ def _resolve(spec: str) -> str:
 
 def saved_defaults(saved: dict[str, Any]) -> dict[str, Any]:
     """The values of the fields that a saved ``config.json`` lacks and that its version did
-    not take from :class:`~fedjax_sc.run.config.TrainConfig`'s defaults: ``tokenizer``
-    :data:`OLD_TOKENIZER` for a table run written before ``--tokenizer`` existed."""
-    if saved.get("scene") == "table" and "tokenizer" not in saved:
-        return {"tokenizer": OLD_TOKENIZER}
-    return {}
+    not take from :class:`~fedjax_sc.run.config.TrainConfig`'s defaults, for a table run
+    written before the flag existed: ``tokenizer`` :data:`OLD_TOKENIZER`; ``test_split``
+    ``random`` where a fraction was held out (the only split then)."""
+    if saved.get("scene") != "table":
+        return {}
+    old = {"tokenizer": OLD_TOKENIZER}
+    if saved.get("test_fraction") is not None:
+        old["test_split"] = "random"
+    return {k: v for k, v in old.items() if k not in saved}
 
 
 def _tokenize():
@@ -76,9 +80,9 @@ def _tokenizer(spec: str | None) -> str:
 def check(c: Any) -> dict[str, Any]:
     """The table fields of config ``c`` checked; returns the fields to replace (paths
     resolved; ``tokenizer`` :data:`fedjax_sc.data.tokenize.DEFAULT` when unset;
-    ``test_fraction`` filled with :data:`fedjax_sc.data.table.DEFAULT_TEST_FRACTION` where no
-    test split is named: no ``test_data``, ``split_column`` or folder that may hold a
-    DatasetDict's ``test``).
+    ``test_fraction`` filled with :data:`fedjax_sc.data.table.DEFAULT_TEST_FRACTION` and
+    ``test_split`` with ``random`` where no test split is named: no ``test_data``,
+    ``split_column`` or folder that may hold a DatasetDict's ``test``).
 
     Raises:
       MissingPyarrowError: ``--scene table`` without pyarrow; MissingTokenizersError:
@@ -87,8 +91,9 @@ def check(c: Any) -> dict[str, Any]:
       ValueError: a table field for another scene; for ``--scene table``: a missing
         ``--data``, ``--text-column`` or ``--label-column``, ``--data-dir``, ``--domains`` or
         ``--dev-holdout``, a client column with a partition other than natural or none
-        without one, two test splits, a test fraction outside (0, 1), a tokenizer.json that
-        ``tokenizers`` cannot read.
+        without one, two test splits, a test fraction outside (0, 1), a ``test_split`` not in
+        :data:`fedjax_sc.data.table.TEST_SPLITS` or ``last`` without a client column, a
+        tokenizer.json that ``tokenizers`` cannot read.
     """
     if c.scene != "table":
         given = [f for f in FIELDS if getattr(c, f) is not None]
@@ -110,16 +115,19 @@ def check(c: Any) -> dict[str, Any]:
                          "dirichlet --num-clients 10 --alpha 0.5")
     if c.split_column is not None and c.test_data is not None:
         raise ValueError("--split-column and --test-data: give one test split")
-    fraction = c.test_fraction
+    fraction, split = c.test_fraction, c.test_split
     if c.split_column is not None or c.test_data is not None:
-        if fraction is not None:
-            raise ValueError("--test-fraction applies without --test-data and --split-column")
+        if fraction is not None or split is not None:
+            given = "--test-fraction" if fraction is not None else "--test-split"
+            raise ValueError(f"{given} applies without --test-data and --split-column")
     else:
         if fraction is None and not Path(c.data).is_dir():
             fraction = _table().DEFAULT_TEST_FRACTION
         if fraction is not None and not 0 < fraction < 1:
             raise ValueError(f"--test-fraction must lie in (0, 1), got {fraction}")
-    return {"data": _resolve(c.data), "test_fraction": fraction,
+        _table().check_test_split(split, c.client_column)
+        split = "random" if split is None and fraction is not None else split
+    return {"data": _resolve(c.data), "test_fraction": fraction, "test_split": split,
             "test_data": None if c.test_data is None else _resolve(c.test_data),
             "tokenizer": _tokenizer(c.tokenizer)}
 
@@ -132,9 +140,10 @@ def load(c: Any):
     got = _table().read_table(
         c.data, text_column=c.text_column, label_column=c.label_column,
         client_column=c.client_column, split_column=c.split_column, test_data=c.test_data,
-        test_fraction=c.test_fraction, label_names=c.label_names, partition=c.partition,
-        num_clients=c.num_clients, alpha=c.alpha, beta=c.beta, seed=c.partition_seed,
-        min_partition_size=c.min_partition_size, self_balancing=c.self_balancing)
+        test_fraction=c.test_fraction, test_split=c.test_split, label_names=c.label_names,
+        partition=c.partition, num_clients=c.num_clients, alpha=c.alpha, beta=c.beta,
+        seed=c.partition_seed, min_partition_size=c.min_partition_size,
+        self_balancing=c.self_balancing)
     if c.tokenizer == OLD_TOKENIZER:
         return got
     words = _tokenize().tokenizer(c.tokenizer)

@@ -4,6 +4,7 @@ write."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -424,3 +425,54 @@ def test_per_client_split_keeps_one_training_row(tmp_path):
     assert [len(got.corpora["a"][s]) for s in ("train", "test")] == [2, 2]
     two = read(write(tmp_path / "two.csv", rows(4, clients=("a",))), test_fraction=0.9)
     assert [len(two.corpora["a"][s]) for s in ("train", "test")] == [1, 3]
+
+
+def test_last_rows_held_out_in_file_order(tmp_path):
+    """``test_split="last"``: each client's last min(ceil(F n), n - 1) rows in file order are
+    its test rows, those before them its training rows (LEAF's per-user split, time-ordered),
+    as many as a random split takes; a client of one row trains on it."""
+    path = tmp_path / "t.csv"
+    users = "aababbbbca"  # a: rows 0 1 3 9; b: 2 4 5 6 7; c: 8
+    path.write_text("text,label,domain\n" + "".join(f"r{i} good,{i % 2},{u}\n"
+                                                     for i, u in enumerate(users)))
+    got = read(path, test_fraction=0.3, test_split="last")
+    texts = {c: {s: [t.split()[0] for t in x.texts] for s, x in parts.items()}
+             for c, parts in got.corpora.items()}
+    assert texts == {"a": {"train": ["r0", "r1"], "test": ["r3", "r9"]},
+                     "b": {"train": ["r2", "r4", "r5"], "test": ["r6", "r7"]},
+                     "c": {"train": ["r8"], "test": []}}
+    assert got.corpora["b"]["test"].labels.tolist() == [0, 1]
+    rand = read(path, test_fraction=0.3)
+    assert summary(rand) == summary(read(path, test_fraction=0.3, test_split="random"))
+    assert {c: {s: len(x) for s, x in p.items()} for c, p in rand.corpora.items()} == {
+        c: {s: len(x) for s, x in p.items()} for c, p in got.corpora.items()}
+    for kw, match in ((dict(test_split="first"), r"--test-split 'first': choose from random"),
+                      (dict(test_split="last", client_column=None, partition="iid",
+                            num_clients=2), "it needs --client-column"),
+                      (dict(test_split="last", test_data=str(path)), "the test split is given")):
+        with pytest.raises(ValueError, match=match):
+            read(path, **kw)
+
+
+def test_test_split_in_the_config(tmp_path):
+    from fedjax_sc.run.config import config_diff, config_from_json
+    path = write(tmp_path / "d.csv", rows(12))
+    base = dict(scene="table", data=str(path), text_column="text", label_column="label",
+                client_column="domain")
+    c = TrainConfig(**base).resolved()
+    assert (c.test_fraction, c.test_split) == (0.2, "random")
+    assert TrainConfig(**base, test_split="last").resolved().test_split == "last"
+    assert TrainConfig(**base, split_column="s").resolved().test_split is None
+    saved = json.loads(json.dumps(dataclasses.asdict(c)))
+    del saved["test_split"]  # a run written before --test-split: held out at random
+    assert config_diff(saved, c) == {} and config_from_json(saved).test_split == "random"
+    assert config_diff(saved, TrainConfig(**base, test_split="last").resolved()) == {
+        "test_split": ("random", "last")}
+    bad = [(dict(base, test_split="first"), r"^--test-split 'first': choose from random, last$"),
+           (dict(base, client_column=None, partition="iid", num_clients=2, test_split="last"),
+            "needs --client-column"),
+           (dict(base, split_column="s", test_split="random"), "--test-split applies without"),
+           (dict(scene="synthetic", test_split="last"), "--test-split applies to --scene table")]
+    for kw, match in bad:
+        with pytest.raises(ValueError, match=match):
+            TrainConfig(**kw).resolved()

@@ -85,6 +85,29 @@ def test_cross_device_table_trains_clients_without_test_rows(tmp_path, capsys):
     assert "Ag_unseen" in (out / "report.md").read_text()
 
 
+def test_test_split_last_through_the_cli(tmp_path, capsys):
+    """--test-split last: each user's last rows in file order are its test rows (at least
+    one row trains), recorded in config.json; a bad value is one line."""
+    data, out = tmp_path / "users.csv", tmp_path / "run"
+    users = ["u0"] * 5 + ["u1"] * 3 + ["u2"]  # 0.4 held out: 2, 2 and 0 test rows
+    data.write_text("text,label,user\n" + "".join(
+        f"day {i} {('bad awful', 'good great')[i % 2]},{i % 2},{u}\n"
+        for i, u in enumerate(users)))
+    args = ["train", "--scene", "table", "--data", str(data), "--text-column", "text",
+            "--label-column", "label", "--client-column", "user", "--test-fraction", "0.4",
+            "--out", str(out), *SMALL]
+    assert cli.main([*args, "--test-split", "last"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert (config["test_split"], config["test_fraction"]) == ("last", 0.4)
+    report = json.loads((out / "report.json").read_text())
+    assert [(c["client"], c["M"]) for c in report["clients"]] == [("u0", 2), ("u1", 2),
+                                                                   ("u2", 0)]
+    capsys.readouterr()
+    assert cli.main([*args, "--test-split", "first", "--overwrite"]) == 1
+    assert capsys.readouterr().err == ("fedjax-sc: error: --test-split 'first': choose from "
+                                       "random, last\n")
+
+
 def test_pooled_accuracy_counts_each_test_row_once():
     from fedjax_sc.run.cross_device import pooled_accuracy
     assert pooled_accuracy([1.0, 0.5, float("nan")], [1, 4, 0]) == 3 / 5
