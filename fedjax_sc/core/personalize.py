@@ -20,7 +20,7 @@ local-vocabulary client data only the word-embedding rows of V^k are trained (ex
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +29,7 @@ import optax
 
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, bind
-from fedjax_sc.core import copies, leaves
+from fedjax_sc.core import copies, leaves, population
 from fedjax_sc.core.evaluate import example_hits, mean_accuracy
 from fedjax_sc.core.local import epoch_order, local_steps
 from fedjax_sc.core.round import (
@@ -112,10 +112,96 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
     Raises:
       ValueError: negative n_Z / z, batch_size < 1, or (at call time) local ids in ``test``.
     """
+    members = make_population_personalize(
+        lambda values: (algorithm, optimizer), batch_size=batch_size, num_evals=num_evals,
+        steps_per_eval=steps_per_eval, eval_batch_size=eval_batch_size, table_paths=table_paths)
+
+    def personalize(state: ServerState, client_states: ClientStates, train: ClientData,
+                    test: ClientData, rng: jax.Array, first: int = 0) -> Personalization:
+        stacked = jax.tree.map(lambda x: x[None], (state, client_states, rng))
+        return members(*stacked[:2], train, test, stacked[2], {}, first)[0]
+
+    return personalize
+
+
+def make_population_personalize(
+        build: Callable[[dict[str, Any]], tuple[Algorithm, optax.GradientTransformation]], *,
+        batch_size: int, num_evals: int = DEFAULT_NUM_EVALS,
+        steps_per_eval: int = DEFAULT_STEPS_PER_EVAL, eval_batch_size: int = 200,
+        table_paths: tuple[tuple[str, ...], ...] | None = None, member_axis: str = "auto"
+) -> Callable[..., list[Personalization]]:
+    """The Ap phase of P members of a population (:mod:`fedjax_sc.core.population`) as one
+    compiled program: each member fine-tunes its own model with its own algorithm values and
+    learning rate (e.g. a grid over mu, Table 5, or over lambda_kt).
+
+    Args:
+      build: ``build(values) -> (algorithm, optimizer)`` of one member from its scalar values
+        (traced inside the program; the structure must not depend on them).
+      member_axis: how the members run (:func:`fedjax_sc.core.population.over_members`:
+        ``lax.map`` on the CPU, ``vmap`` elsewhere by default).
+      batch_size: as :func:`make_personalize`, shared by the members.
+      num_evals: as :func:`make_personalize`.
+      steps_per_eval: as :func:`make_personalize`.
+      eval_batch_size: as :func:`make_personalize`.
+      table_paths: as :func:`make_personalize`.
+
+    Returns:
+      ``personalize(states, client_states, train, test, rngs, hparams, first=0) ->
+      [Personalization] * P``: ``states`` / ``client_states`` stacked ``[P, ...]``, ``rngs``
+      the members' Ap keys ``[P]``, ``hparams`` name -> float32 ``[P]`` (``build``'s
+      values; ``{}`` when no value differs); ``train`` / ``test`` / ``first`` shared, as in
+      :func:`make_personalize`. A population of one computes exactly what
+      :func:`make_personalize` does.
+
+    Raises:
+      ValueError: negative n_Z / z, batch_size < 1, an unknown ``member_axis``, or (at call
+        time) local ids in ``test`` or train and test of different numbers of clients.
+    """
     if num_evals < 0 or steps_per_eval < 0 or batch_size < 1:
         raise ValueError(f"need num_evals >= 0, steps_per_eval >= 0, batch_size >= 1; got "
                          f"{num_evals}, {steps_per_eval}, {batch_size}")
-    optimizer = copies.freeze(optimizer, algorithm.local_copies)
+    if member_axis not in population.MEMBER_AXES:
+        raise ValueError(f"member_axis {member_axis!r}: choose from {population.MEMBER_AXES}")
+
+    def member(state, client_states, rng, values, train, test, first):
+        algorithm, optimizer = build(values)
+        return _member_phase(algorithm, copies.freeze(optimizer, algorithm.local_copies),
+                             batch_size, num_evals, steps_per_eval, eval_batch_size,
+                             table_paths, state, client_states, train, test, rng, first)
+
+    def run(states, client_states, train, test, rngs, hparams, first):
+        return population.over_members(
+            lambda s, c, k, v: member(s, c, k, v, train, test, first),
+            (states, client_states, rngs, dict(hparams)), member_axis)
+
+    compiled = jax.jit(run)
+
+    def personalize(states: ServerState, client_states: ClientStates, train: ClientData,
+                    test: ClientData, rngs: jax.Array, hparams: dict[str, Any],
+                    first: int = 0) -> list[Personalization]:
+        if test.vocab_ids is not None:
+            raise ValueError("the test split must hold global vocabulary ids")
+        if train.num_clients != test.num_clients:
+            raise ValueError(f"train has {train.num_clients} clients, test "
+                             f"{test.num_clients}")
+        curve, correct = compiled(states, client_states, train, test, rngs,
+                                  {k: jnp.asarray(v) for k, v in hparams.items()},
+                                  jnp.int32(first))
+        curve, correct = jax.device_get((curve, correct))
+        size = int(np.shape(rngs)[0])
+        return [Personalization({k: np.asarray(v[i]) for k, v in curve.items()},
+                                steps_per_eval,
+                                {k: np.asarray(v[i]) for k, v in correct.items()})
+                for i in range(size)]
+
+    return personalize
+
+
+def _member_phase(algorithm, optimizer, batch_size, num_evals, steps_per_eval,
+                  eval_batch_size, table_paths, state, client_states, train, test, rng,
+                  first):
+    """One member's Ap phase (traced): every client fine-tuned under ``vmap``; returns
+    ``(curve, correct)`` as :class:`Personalization` holds them, JAX arrays."""
 
     def one_client(shared, private, own, ids, vmask, tokens, labels, mask, test_tokens,
                    test_labels, test_mask, key, client, server, tables):
@@ -163,32 +249,16 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
                                              else b.astype(jnp.int32)), before_hits, hits)
         return curve, correct
 
-    def run(state: ServerState, client_states: ClientStates, train: ClientData,
-            test: ClientData, rng: jax.Array, first: jax.Array):
-        local_rows = train.vocab_ids is not None
-        tables = (leaves.table_paths(state.params, client_states.private, among=table_paths)
-                  if local_rows else [])
-        ids, vmask = ((train.vocab_ids, train.vocab_mask) if local_rows else
-                      (jnp.zeros((train.num_clients, 1), jnp.int32),) * 2)
-        clients = first + jnp.arange(train.num_clients, dtype=jnp.int32)
-        keys = jax.vmap(lambda k: jax.random.fold_in(rng, k))(clients)
-        fn = lambda *a: one_client(*a, tables)
-        return jax.vmap(fn, in_axes=(None,) + (0,) * 12 + (None,))(
-            state.params, client_states.private, client_states.algorithm, ids, vmask,
-            train.tokens, train.labels, train.mask, test.tokens, test.labels, test.mask, keys,
-            clients, state.algorithm)
+    local_rows = train.vocab_ids is not None
+    tables = (leaves.table_paths(state.params, client_states.private, among=table_paths)
+              if local_rows else [])
+    ids, vmask = ((train.vocab_ids, train.vocab_mask) if local_rows else
+                  (jnp.zeros((train.num_clients, 1), jnp.int32),) * 2)
+    clients = first + jnp.arange(train.num_clients, dtype=jnp.int32)
+    keys = jax.vmap(lambda k: jax.random.fold_in(rng, k))(clients)
+    fn = lambda *a: one_client(*a, tables)
+    return jax.vmap(fn, in_axes=(None,) + (0,) * 12 + (None,))(
+        state.params, client_states.private, client_states.algorithm, ids, vmask,
+        train.tokens, train.labels, train.mask, test.tokens, test.labels, test.mask, keys,
+        clients, state.algorithm)
 
-    compiled = jax.jit(run)
-
-    def personalize(state: ServerState, client_states: ClientStates, train: ClientData,
-                    test: ClientData, rng: jax.Array, first: int = 0) -> Personalization:
-        if test.vocab_ids is not None:
-            raise ValueError("the test split must hold global vocabulary ids")
-        if train.num_clients != test.num_clients:
-            raise ValueError(f"train has {train.num_clients} clients, test "
-                             f"{test.num_clients}")
-        curve, correct = compiled(state, client_states, train, test, rng, jnp.int32(first))
-        return Personalization({k: np.asarray(v) for k, v in curve.items()}, steps_per_eval,
-                               {k: np.asarray(v) for k, v in correct.items()})
-
-    return personalize

@@ -160,31 +160,45 @@ def build_population_round(build: Builder, *, batch_size: int, local_epochs: int
 
     def round_step(states: ServerState, client_states: ClientStates, clients: ClientData,
                    keys: jax.Array, hparams: HParams):
-        if population_size(hparams, keys) == 1:
-            data = member(clients, 0) if per_member_data else clients
-            out = one(member(states, 0), member(client_states, 0), data, keys[0],
-                      {k: v[0] for k, v in hparams.items()})
-            return jax.tree.map(lambda x: x[None], out)
-        axis = member_axis
-        if axis == "auto":
-            axis = "map" if jax.default_backend() == "cpu" else "vmap"
-        if axis == "vmap":
-            return jax.vmap(one, in_axes=(0, 0, 0 if per_member_data else None, 0, 0))(
-                states, client_states, clients, keys, dict(hparams))
-
-        def each(xs):
-            state, own, data, key, values = xs
-            return one(state, own, clients if data is None else data, key, values)
-
-        xs = (states, client_states, clients if per_member_data else None, keys,
-              dict(hparams))
-        if member_shards == 1:
-            return jax.lax.map(each, xs)
-        groups = jax.tree.map(lambda x: x.reshape(member_shards, -1, *x.shape[1:]), xs)
-        out = jax.vmap(lambda g: jax.lax.map(each, g))(groups)
-        return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), out)
+        population_size(hparams, keys)
+        if per_member_data:
+            return over_members(one, (states, client_states, clients, keys, dict(hparams)),
+                                member_axis, member_shards)
+        return over_members(lambda s, c, k, v: one(s, c, clients, k, v),
+                            (states, client_states, keys, dict(hparams)), member_axis,
+                            member_shards)
 
     return round_step
+
+
+def over_members(fn: Callable[..., Any], xs: tuple[Any, ...], member_axis: str = "auto",
+                 member_shards: int = 1) -> Any:
+    """``fn`` applied to every member inside one traced program: ``xs`` are pytrees stacked
+    ``[P, ...]``, ``fn(*member_i_of_xs)`` one member's computation; returns its outputs
+    stacked ``[P, ...]``.
+
+    ``member_axis`` and ``member_shards`` as in :func:`build_population_round`. A population
+    of one (P = 1, known when traced) calls ``fn`` once without ``vmap`` or ``lax.map``, so
+    a single run's numbers are those of ``fn`` alone exactly.
+
+    Raises:
+      ValueError: an unknown ``member_axis``.
+    """
+    if member_axis not in MEMBER_AXES:
+        raise ValueError(f"member_axis {member_axis!r}: choose from {MEMBER_AXES}")
+    if int(jax.tree.leaves(xs)[0].shape[0]) == 1:
+        return jax.tree.map(lambda x: x[None], fn(*member(xs, 0)))
+    axis = member_axis
+    if axis == "auto":
+        axis = "map" if jax.default_backend() == "cpu" else "vmap"
+    if axis == "vmap":
+        return jax.vmap(fn)(*xs)
+    each = lambda x: fn(*x)  # noqa: E731
+    if member_shards == 1:
+        return jax.lax.map(each, xs)
+    groups = jax.tree.map(lambda x: x.reshape(member_shards, -1, *x.shape[1:]), xs)
+    out = jax.vmap(lambda g: jax.lax.map(each, g))(groups)
+    return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), out)
 
 
 def as_values(hparams: HParams, i: int) -> dict[str, float]:

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from fedjax_sc import streams
 from fedjax_sc.algorithms.optimizers import client_sgd
-from fedjax_sc.core import communication, personalize
+from fedjax_sc.core import communication, personalize, population
 from fedjax_sc.core.evaluate import accuracy_list, mean_accuracy
 from fedjax_sc.run import cross_device, hits, loading, rundir
 from fedjax_sc.run.config import TrainConfig
@@ -28,12 +31,14 @@ from fedjax_sc.run.report import dp_report, environment, format_table, make_repo
 from fedjax_sc.run.setup import Setup, global_params, tested_files
 
 
-def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, train_data,
-           test_data, comm, durations, log, tracker: Tracker,
-           extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A member's Ap phase and report (report.json, report.md), after its last round;
-    ``extra``: figures added to the report (a cross-device scene's,
-    :mod:`fedjax_sc.run.cross_device`).
+def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result,
+           ap: personalize.Personalization | None, ap_seconds: float, test_data, comm,
+           durations, log, tracker: Tracker, extra: dict[str, Any] | None = None
+           ) -> dict[str, Any]:
+    """A member's report (report.json, report.md, the Ap_t lines of metrics.jsonl), after its
+    last round and its Ap phase (``ap``, from :func:`personalize_members`, None without one;
+    ``ap_seconds``: the member's share of that phase's wall time); ``extra``: figures added
+    to the report (a cross-device scene's, :mod:`fedjax_sc.run.cross_device`).
 
     Returns:
       The report (:func:`fedjax_sc.run.train.train`), with the final ``params`` and the
@@ -46,12 +51,7 @@ def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, tr
     mode = c.ap_mode or algorithm.default_mode
     out = Path(c.out)
     ag, personal = result
-    ap, ap_seconds = None, 0.0
-    if c.ap:
-        t0 = time.perf_counter()
-        ap = personalize_phase(c, algorithm, state, client_states, train_data, test_data,
-                               setup.root, log, scene)
-        ap_seconds = time.perf_counter() - t0
+    if ap is not None:
         rundir.append_text(out / "metrics.jsonl", "".join(json.dumps({
             "phase": "ap", "round": c.rounds, "t": t, "steps": t * c.ap_steps,
             "Ap_t": {k: mean_accuracy(v[:, t]) for k, v in ap.curve.items()},
@@ -89,33 +89,78 @@ def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result, tr
 
 def personalize_phase(c: TrainConfig, algorithm, state, client_states, train_data, test_data,
                       root, log, scene=None) -> personalize.Personalization:
-    """The Ap phase (Eq. 16): fine-tune with mu * LR for n_Z * z steps, evaluating every z.
+    """One run's Ap phase (Eq. 16), as :func:`personalize_members` runs a population's."""
+    return personalize_members([c], lambda values: algorithm, {}, [state], [client_states],
+                               train_data, test_data, [root], [log],
+                               c.ap_mode or algorithm.default_mode, scene)[0][0]
 
-    With a ``scene`` that is one process's share (:attr:`~fedjax_sc.data.scenes.Scene.share`),
-    ``train_data`` and ``test_data`` hold its clients and ``client_states`` every client's:
-    the share's clients fine-tune here and the curves of every client are gathered
-    (:func:`fedjax_sc.run.loading.gather_clients`)."""
-    lr = c.ap_lr_mult * c.lr
-    emb_lr = None if c.embedding_lr is None else c.ap_lr_mult * c.embedding_lr
-    run = personalize.make_personalize(
-        algorithm, client_sgd(lr, c.momentum, emb_lr), batch_size=c.batch_size,
-        num_evals=c.ap_evals, steps_per_eval=c.ap_steps)
+
+def personalize_members(cs: Sequence[TrainConfig], build: Callable[[dict[str, Any]], Any],
+                        hparams: dict[str, Any], states: Sequence[Any],
+                        client_states: Sequence[Any], train_data, test_data,
+                        roots: Sequence[jax.Array], logs: Sequence[Callable[[str], None]],
+                        mode: str, scene=None) -> tuple[list[personalize.Personalization], float]:
+    """The Ap phase (Eq. 16) of every member in one compiled program
+    (:func:`fedjax_sc.core.personalize.make_population_personalize`): each fine-tunes with
+    its mu * LR for n_Z * z steps, evaluating every z.
+
+    Args:
+      cs: the members' configurations (they share all but the values of
+        :data:`~fedjax_sc.run.members.GRID_NAMES` and the seed).
+      build: ``build(values) -> Algorithm`` (:func:`fedjax_sc.run.setup.population_builder`).
+      hparams: the values that differ between the members (config field -> float32 ``[P]``,
+        :func:`fedjax_sc.run.members.hparams`); ``{}`` for one run.
+      states / client_states: each member's server and client states (host copies).
+      roots: each member's root key (its Ap randomness: ``fold_in(root, AP)``).
+      logs: each member's log.
+      mode: the Ap phase's inference mode (``--ap-mode`` or the algorithm's default), named
+        in the log lines.
+      scene: with a scene that is one process's share
+        (:attr:`~fedjax_sc.data.scenes.Scene.share`), ``train_data`` and ``test_data`` hold
+        its clients and ``client_states`` every client's: the share's clients fine-tune here
+        and the curves of every client are gathered
+        (:func:`fedjax_sc.run.loading.gather_clients`).
+
+    Returns:
+      ``(results, seconds)``: each member's :class:`~fedjax_sc.core.personalize.Personalization`
+      and its share of the phase's wall time (seconds / P).
+    """
+    c = cs[0]
+    lrs = [m.ap_lr_mult * m.lr for m in cs]
+    emb_lrs = [None if m.embedding_lr is None else m.ap_lr_mult * m.embedding_lr for m in cs]
+    values = dict(hparams)
+    if len(set(lrs)) > 1:  # a grid over mu or lr: the fine-tuning LR traced per member
+        values["ap_lr"] = np.asarray(lrs, np.float32)
+        if emb_lrs[0] is not None:
+            values["ap_embedding_lr"] = np.asarray(emb_lrs, np.float32)
+
+    def member(v):
+        algorithm = build({k: x for k, x in v.items() if not k.startswith("ap_")})
+        return algorithm, client_sgd(v.get("ap_lr", lrs[0]), v.get("momentum", c.momentum),
+                                     v.get("ap_embedding_lr", emb_lrs[0]))
+
+    run = personalize.make_population_personalize(
+        member, batch_size=c.batch_size, num_evals=c.ap_evals, steps_per_eval=c.ap_steps)
     t0 = time.perf_counter()
     share = None if scene is None else scene.share
     if share is not None:
-        client_states = client_states._replace(
-            private=loading.rows(client_states.private, scene),
-            algorithm=loading.rows(client_states.algorithm, scene))
-    result = run(state, client_states, train_data, test_data,
-                 jax.random.fold_in(root, streams.AP), 0 if share is None else share[0])
+        client_states = [s._replace(private=loading.rows(s.private, scene),
+                                    algorithm=loading.rows(s.algorithm, scene))
+                         for s in client_states]
+    keys = jnp.stack([jax.random.fold_in(r, streams.AP) for r in roots])
+    results = run(population.stack(states), population.stack(client_states), train_data,
+                  test_data, keys, values, 0 if share is None else share[0])
     if share is not None:
-        result = result._replace(curve=loading.gather_clients(result.curve, scene),
-                                 correct=loading.gather_clients(result.correct, scene))
-    mode = c.ap_mode or algorithm.default_mode
-    log(f"Ap phase: {c.ap_evals} x {c.ap_steps} fine-tuning steps at lr {lr:g} in "
-        f"{time.perf_counter() - t0:.1f} s; Ap ({mode}) {result.ap(mode):.4f}; "
-        + ", ".join(f"{k}: {result.ap(k):.4f}" for k in sorted(result.curve)))
-    return result
+        results = [r._replace(curve=loading.gather_clients(r.curve, scene),
+                              correct=loading.gather_clients(r.correct, scene))
+                   for r in results]
+    seconds = time.perf_counter() - t0
+    for m, lr, result, log in zip(cs, lrs, results, logs):
+        log(f"Ap phase: {m.ap_evals} x {m.ap_steps} fine-tuning steps at lr {lr:g} in "
+            f"{seconds:.1f} s" + (f" ({len(cs)} members in one program)" if len(cs) > 1
+                                  else "") + f"; Ap ({mode}) {result.ap(mode):.4f}; "
+            + ", ".join(f"{k}: {result.ap(k):.4f}" for k in sorted(result.curve)))
+    return results, seconds / len(cs)
 
 
 def _figure(out: Path, log) -> str:

@@ -10,7 +10,7 @@ report.json, checkpoints) that ``results``, ``compare`` and ``--resume`` read as
 What may differ between members: the seed (initialisation, the random vectors of words
 without a pretrained vector, batch order, client sampling, noise), the values of
 :data:`TRACED` (passed to the algorithm's builder as traced scalars) and the Ap phase's mu
-(``ap_lr_mult``: the fine-tuning runs member by member). Everything else changes the program
+(``ap_lr_mult``, traced in the members' one Ap program). Everything else changes the program
 or the data and must be equal; :func:`check_members` names the setting that is not.
 """
 

@@ -50,7 +50,7 @@ from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configu
     config_diff,
     config_from_json,
 )
-from fedjax_sc.run.finish import finish
+from fedjax_sc.run.finish import finish, personalize_members
 from fedjax_sc.run.loading import corpus_files, load_scene  # noqa: F401 (re-exported)
 from fedjax_sc.run.plumbing import processes
 from fedjax_sc.run.plumbing.tracking import Tracker, require
@@ -366,16 +366,26 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
         ck.wait_until_finished()
         ck.close()
 
+    running = [i for i in range(size) if status[i] == "running"]
+    aps, ap_seconds = {}, 0.0
+    if c.ap and running:  # every running member's Ap phase in one program
+        found, ap_seconds = personalize_members(
+            [cs[i] for i in running], p.build,
+            {k: np.asarray(v)[running] for k, v in p.hparams.items()},
+            [sharding.local(population.member(state, i)) for i in running],
+            [sharding.local(feed.member_private(i)) for i in running],
+            jax.tree.map(jnp.asarray, p.host_train), p.test_data,
+            [setups[i].root for i in running], [say[i] for i in running], p.mode, scene)
+        aps = dict(zip(running, found))
     reports: list[dict[str, Any] | None] = []
-    train_data = jax.tree.map(jnp.asarray, p.host_train) if c.ap else None
     for i, m in enumerate(cs):
         if status[i] != "running":
             reports.append(None)
             continue
         reports.append(finish(m, scene, setups[i], sharding.local(population.member(state, i)),
                               sharding.local(feed.member_private(i)), results[i],
-                              train_data, p.test_data, p.comm, durations, say[i], trackers[i],
-                              xdev(lambda: member_global(i), results[i][0])))
+                              aps.get(i), ap_seconds, p.test_data, p.comm, durations, say[i],
+                              trackers[i], xdev(lambda: member_global(i), results[i][0])))
         status[i] = "finished"
     for tracker, report in zip(trackers, reports):
         tracker.close(report)  # the report's Ag and Ap: the W&B run's summary

@@ -79,3 +79,28 @@ def test_ap_is_the_mean_of_the_curve_after_fine_tuning():
     np.testing.assert_allclose(result.ap_per_client("full"), [0.7, 0.4])
     assert result.ap("full") == pytest.approx(0.55)
     np.testing.assert_allclose(result.ap_t("full"), [0.35, 0.5, 0.6])
+
+
+@pytest.mark.parametrize("member_axis", ["vmap", "map"])
+def test_a_population_of_ap_phases_is_each_member_alone(setting, member_axis):
+    """Members with their own states, keys and traced fine-tuning LR in one program: each
+    member's curves and per-example record are its own :func:`make_personalize` result."""
+    from fedjax_sc.core import population
+    from fedjax_sc.core.personalize import make_population_personalize
+    scene, alg, state, clients = setting
+    train, test = client_data(scene.train, local_vocab=True), client_data(scene.test)
+    lrs, keys = [0.5, 0.05], [jax.random.key(0), jax.random.key(3)]
+    other = jax.tree.map(lambda x: x * 0.9, state)  # a second member's own model
+    run = make_population_personalize(lambda v: (alg, client_sgd(v["lr"])), batch_size=4,
+                                      num_evals=2, steps_per_eval=3, member_axis=member_axis)
+    got = run(population.stack([state, other]), population.stack([clients, clients]), train,
+              test, jax.numpy.stack(keys), {"lr": np.asarray(lrs, np.float32)})
+    for result, s, lr, key in zip(got, [state, other], lrs, keys):
+        alone = make_personalize(alg, client_sgd(lr), batch_size=4, num_evals=2,
+                                 steps_per_eval=3)(s, clients, train, test, key)
+        for mode in alone.curve:
+            np.testing.assert_allclose(result.curve[mode], alone.curve[mode], atol=1e-6)
+            np.testing.assert_array_equal(result.correct[mode], alone.correct[mode])
+    with pytest.raises(ValueError, match="member_axis"):
+        make_population_personalize(lambda v: (alg, client_sgd(0.1)), batch_size=4,
+                                    member_axis="pmap")

@@ -1,6 +1,7 @@
 """Population runs (seeds x grid as one program): member folders equal standalone runs,
 population.json, resume, a diverged member masked, and settings that cannot vary refused."""
 
+import dataclasses
 import json
 
 import chex
@@ -240,3 +241,22 @@ def test_tensorboard_event_files_hold_the_metrics(tmp_path):
     assert {"train_loss", "aux/kt", "aux/div", "personal/sp", "Ag_per_client/d0",
             "train_loss_per_client/d1", "Ap_t/sp", "upload_sent_MB_mean"} <= tags
     assert len(events.Scalars("Ap_t/sp")) == TINY["ap_evals"] + 1
+
+
+def test_the_members_ap_phase_is_one_program_and_equals_each_standalone_ap(tmp_path):
+    """A grid over mu (the Ap phase's LR multiplier) and lambda_kt: the members fine-tune in
+    one compiled program, each with its own traced LR and loss weight, and each member's Ap
+    curve is its standalone run's."""
+    pop, lines = tmp_path / "pop", []
+    base = TrainConfig(**dict(TINY, algorithm="kteps", synthetic_test=40, ap_steps=4),
+                       out=str(pop))
+    cs = members.expand(base, [0], {"lambda_kt": [0.0, 0.1], "ap_lr_mult": [0.0, 50.0]})
+    reports = train_population(cs, log=lines.append)
+    assert sum("(4 members in one program)" in line for line in lines) == 4
+    for still, moved in ((0, 1), (2, 3)):  # mu = 0 keeps the model; mu = 50 moves it
+        assert len(set(reports[still]["Ap_t"])) == 1
+        assert reports[moved]["Ap_t"] != reports[still]["Ap_t"]
+    for j, (c, report) in enumerate(zip(cs[1:3], reports[1:3])):
+        alone = train(dataclasses.replace(c, out=str(tmp_path / f"alone-{j}")), log=_quiet)
+        np.testing.assert_allclose(report["Ap_t"], alone["Ap_t"], atol=1e-6)
+        assert report["Ap"] == pytest.approx(alone["Ap"], abs=1e-6)
