@@ -72,10 +72,12 @@ def fedopt(algorithm: Algorithm, name: str, learning_rate: float | None = None,
 
     Raises:
       ValueError: see :func:`server_optimizer`; or ``algorithm`` already has a server rule
-        (FedFusion's ``multi`` / ``single`` fusion weight), which FedOpt would replace.
+        (FedFusion's ``multi`` / ``single`` fusion weight, pFedMe's beta != 1), which FedOpt
+        would replace.
     """
     if algorithm.server_optimizer is not None:
-        raise ValueError(f"{algorithm.name} already has a server optimizer, which FedOpt "
-                         "would replace (FedFusion multi/single: set its gamma momentum to 0)")
+        raise ValueError(f"{algorithm.name} already has its own server update, which FedOpt "
+                         "would replace (FedFusion multi/single: set its gamma momentum to 0; "
+                         "pFedMe: beta = 1)")
     return algorithm._replace(server_optimizer=server_optimizer(name, learning_rate, momentum,
                                                                 tau))

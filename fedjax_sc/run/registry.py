@@ -409,11 +409,11 @@ def _run_wrappers(algorithm: Algorithm, o: dict[str, Any], dp_clip: float | None
     if dp_clip is not None:
         algorithm = dp_sgd(algorithm, dp_clip, dp_noise)
     if server_opt is not None:
-        if algorithm.server_optimizer is not None:
-            raise ValueError(f"--server-opt replaces the server update, and {algorithm.name} "
-                             f"has its own (pFedMe's beta != 1)")
-        algorithm = fedopt.fedopt(algorithm, server_opt, o["server_lr"], o["server_momentum"],
-                                  o["server_tau"])
+        try:
+            algorithm = fedopt.fedopt(algorithm, server_opt, o["server_lr"],
+                                      o["server_momentum"], o["server_tau"])
+        except ValueError as e:  # the flag named, the reason fedopt's
+            raise ValueError(f"--server-opt {server_opt}: {e}") from None
     return algorithm
 
 

@@ -270,7 +270,7 @@ def test_fusion_weight_follows_yao_et_als_server_momentum(scene):
                                 {k: v for k, v in out[0.0].items() if k != "fuse"}, atol=1e-6)
     conv = FusionClassifier(vocab_size=8, fusion="conv", **DIMS)
     assert fedfusion(conv).server_optimizer is None
-    with pytest.raises(ValueError, match="already has a server optimizer"):
+    with pytest.raises(ValueError, match="already has its own server update"):
         fedopt(fedfusion(fused), "adam")
     with pytest.raises(ValueError, match=r"\[0, 1\)"):
         fedfusion(fused, gamma_momentum=1.0)
