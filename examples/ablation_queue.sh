@@ -3,7 +3,8 @@
 # stopped (rerun this script; a finished step is skipped): the HSIC-normalisation experiment's
 # 10-round populations, Table 4's lambda1 = lambda2 = 0 cell for 10 rounds, the whole-table
 # KTEPS* bands and the row-wise ones for 10 rounds, then Tables 4, 8 and 7 at the paper's 50
-# rounds (seed 0). docs/results.md reads them.
+# rounds (seed 0) with the Ap-length experiment after Table 4's default cell. docs/results.md
+# reads them.
 #
 #   git clone . ~/fedjax_runs/queue-code   # run from a clone: edits to the work tree
 #   cd ~/fedjax_runs/queue-code             # must not reach a run that is going
@@ -39,10 +40,26 @@ step t7-dense-short "$R/reproduce-dense" reproduce table7 $DATA --dense-embeddin
   --first-seed 0 $SHORT --no-plots --methods $ROWS --out "$R/reproduce-dense"
 step t7-rows-short "$R/reproduce-table7" reproduce table7 $DATA --seeds 1 --first-seed 0 \
   $SHORT --no-plots --methods $ROWS --out "$R/reproduce-table7"
-step t4 "$R/reproduce-table4" reproduce table4 $DATA --seeds 1 --first-seed 0 --no-plots \
-  --out "$R/reproduce-table4"
-step t8 "$R/reproduce-table8" reproduce table8 $DATA --seeds 1 --first-seed 0 --no-plots \
-  --out "$R/reproduce-table8"
-step t7 "$R/reproduce-table7" reproduce table7 $DATA --seeds 1 --first-seed 0 --no-plots \
+# Tables 4, 8 and 7 at 50 rounds one run at a time (--population-size 1): on a CPU a
+# population costs its members in turn, and this way each cell lands when it finishes. Table
+# 4's lambda1 = lambda2 = 0 cell and its default cell (Table 2's KTEPS) first.
+ONE="--seeds 1 --first-seed 0 --no-plots --population-size 1"
+step t4-first "$R/reproduce-table4" reproduce table4 $DATA $ONE \
+  --methods kteps_l1-0_l2-0 kteps --out "$R/reproduce-table4"
+# The Ap phase's length (Table 5's cliff at mu = 1): the default cell's seed-0 model
+# fine-tuned 25 x 200 steps (about 25 epochs of a client) at mu = 0.01 and 1, one program.
+B="$R/reproduce-table4/fdu/kteps/seed-0"
+if [ -f "$B/report.json" ]; then
+  for mu in 0.01 1; do
+    m="$R/exp-ap-length/ap_lr_mult-${mu}_seed-0"
+    [ -e "$m" ] || { mkdir -p "$m" && cp -r "$B/checkpoints" "$B/config.json" \
+      "$B/metrics.jsonl" "$B/vocab.json" "$B/fingerprint.json" "$m/"; }
+  done
+  step ap-length "$R/exp-ap-length" train --config "$B/config.json" \
+    --grid ap_lr_mult=0.01,1 --seeds 0 --ap-steps 200 --out "$R/exp-ap-length"
+fi
+step t4 "$R/reproduce-table4" reproduce table4 $DATA $ONE --out "$R/reproduce-table4"
+step t8 "$R/reproduce-table8" reproduce table8 $DATA $ONE --out "$R/reproduce-table8"
+step t7 "$R/reproduce-table7" reproduce table7 $DATA $ONE \
   --methods kteps_star_d1-1_d2-50 kteps_star_d1-3_d2-50 kteps_star_d1-6_d2-50 $ROWS \
   --out "$R/reproduce-table7"
