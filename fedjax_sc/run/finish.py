@@ -101,8 +101,9 @@ def personalize_members(cs: Sequence[TrainConfig], build: Callable[[dict[str, An
                         roots: Sequence[jax.Array], logs: Sequence[Callable[[str], None]],
                         mode: str, scene=None) -> tuple[list[personalize.Personalization], float]:
     """The Ap phase (Eq. 16) of every member in one compiled program
-    (:func:`fedjax_sc.core.personalize.make_population_personalize`): each fine-tunes with
-    its mu * LR for n_Z * z steps, evaluating every z.
+    (:func:`fedjax_sc.core.personalize.make_population_personalize`, the members in turn
+    under ``lax.map``): each fine-tunes with its mu * LR for n_Z * z steps, evaluating every
+    z.
 
     Args:
       cs: the members' configurations (they share all but the values of
@@ -139,8 +140,12 @@ def personalize_members(cs: Sequence[TrainConfig], build: Callable[[dict[str, An
         return algorithm, client_sgd(v.get("ap_lr", lrs[0]), v.get("momentum", c.momentum),
                                      v.get("ap_embedding_lr", emb_lrs[0]))
 
+    # one member after another inside the program on every device: under vmap every client's
+    # evaluation batches of every member would be live at once, P times the memory that the
+    # population's size was chosen for (members.member_bytes counts the rounds' states)
     run = personalize.make_population_personalize(
-        member, batch_size=c.batch_size, num_evals=c.ap_evals, steps_per_eval=c.ap_steps)
+        member, batch_size=c.batch_size, num_evals=c.ap_evals, steps_per_eval=c.ap_steps,
+        member_axis="map")
     t0 = time.perf_counter()
     share = None if scene is None else scene.share
     if share is not None:
