@@ -6,6 +6,9 @@ to each reference run (``fedjax-sc compare``: test-sample noise only, one seed).
     python examples/beyond_table.py ~/fedjax_runs/beyond --reference fedavg kteps \\
         --methods fedavg fedper scaffold feddyn moon ditto fedrep fedbabu apfl per_fedavg \\
         fedrod pfedme
+
+``--run NAME=PATH`` names a run folder outside ``runs`` (e.g. the paper's methods' committed
+runs: ``--run fedavg=results/fdu/table3/fedavg-seed0``).
 """
 
 from __future__ import annotations
@@ -30,14 +33,15 @@ def difference(run: Path, reference: Path, ap: bool) -> str:
     return f"{100 * r['diff']:+.1f} ({100 * r['low']:+.1f}, {100 * r['high']:+.1f})"
 
 
-def row(run: Path, references: list[Path]) -> str:
+def row(name: str, run: Path, references: list[Path]) -> str:
     report = json.loads((run / "report.json").read_text())
     rounds = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
               if r.get("phase") == "round"]
     seconds = sorted(r["seconds"] for r in rounds)[len(rounds) // 2]
     comm = report["communication"]
     fifth = rounds[min(4, len(rounds) - 1)]["Ag"]
-    cells = [run.name, str(len(rounds)), pct(rounds[0]["Ag"]), pct(fifth), pct(report["Ag"]), pct(report.get("Ap")), f"{seconds:.1f}",
+    cells = [name, str(len(rounds)), pct(rounds[0]["Ag"]), pct(fifth), pct(report["Ag"]),
+             pct(report.get("Ap")), f"{seconds:.1f}",
              f"{comm['upload_sent_MB_mean']:.2f} / {comm['download_MB_mean']:.2f}"]
     for ref in references:
         same = ref.resolve() == run.resolve()
@@ -52,16 +56,25 @@ def main() -> None:
     p.add_argument("--methods", nargs="+", required=True)
     p.add_argument("--reference", nargs="*", default=["fedavg"],
                    help="the methods every row is compared with")
+    p.add_argument("--run", action="append", default=[], metavar="NAME=PATH",
+                   help="a method's run folder outside RUNS")
     args = p.parse_args()
-    refs = [args.runs / r for r in args.reference]
+    named = {}
+    for spec in args.run:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            p.error(f"--run {spec!r}: give NAME=PATH")
+        named[name] = Path(path)
+    where = lambda m: named.get(m, args.runs / m)  # noqa: E731
+    refs = [where(r) for r in args.reference]
     head = ["method", "rounds", "Ag r1", "Ag r5", "Ag", "Ap", "s / round", "MB up / down"]
     for r in args.reference:
         head += [f"Ag - {r}", f"Ap - {r}"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * 2 + "---:|" * (len(head) - 2))
     for m in args.methods:
-        if (args.runs / m / "report.json").exists():
-            print(row(args.runs / m, refs))
+        if (where(m) / "report.json").exists():
+            print(row(m, where(m), refs))
 
 
 if __name__ == "__main__":
