@@ -3,6 +3,8 @@ learning rate for the word embeddings through optax's partitioned transforms."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import optax
 
 from fedjax_sc.algorithms import hparams, masking
@@ -51,3 +53,51 @@ def client_sgd(learning_rate: float, momentum: float = MOMENTUM,
         {"embedding": sgd(embedding_learning_rate), "rest": sgd(learning_rate)},
         lambda params: masking.label_leaves(
             params, {"embedding": EMBEDDING_RULE, "rest": r"^(?!(private_)?embedding/)"}))
+
+
+SCHEDULES = ("constant", "cosine", "step:EVERY:FACTOR", "exponential:FACTOR")
+"""The forms of a round schedule of the client learning rate (:func:`round_schedule`)."""
+
+
+def round_schedule(spec: str, rounds: int) -> Callable[[int], float]:
+    """The client learning rate's multiplier in round r = 1..rounds, from optax's schedules
+    (the schedule's step is r - 1, so round 1 trains at the initial LR):
+
+    * ``constant``: 1 in every round (the paper's runs, as we read them);
+    * ``cosine``: ``optax.cosine_decay_schedule(1, decay_steps=rounds)``, from 1 to 0 over the
+      run (a resumed run with more ``--rounds`` spreads it over the new count);
+    * ``step:EVERY:FACTOR``: times FACTOR every EVERY rounds
+      (``optax.exponential_decay(1, EVERY, FACTOR, staircase=True)``);
+    * ``exponential:FACTOR``: times FACTOR every round.
+
+    The Ap phase's mu multiplies the initial LR, whatever the schedule ("the initial LR used
+    in global aggregation", Li et al. 2021, Sec. 5.6.2).
+
+    Args:
+      spec: one of :data:`SCHEDULES`.
+      rounds: the run's number of rounds (>= 1).
+
+    Returns:
+      ``multiplier(r) -> float`` (a Python float in [0, 1]).
+
+    Raises:
+      ValueError: a malformed spec, EVERY < 1, or FACTOR outside (0, 1] (names the spec).
+    """
+    name, *args = str(spec).split(":")
+    try:
+        nums = [float(a) for a in args]
+    except ValueError:
+        nums = None
+    forms = {"constant": 0, "cosine": 0, "step": 2, "exponential": 1}
+    if name not in forms or nums is None or len(nums) != forms[name]:
+        raise ValueError(f"--lr-schedule {spec!r}: choose from {', '.join(SCHEDULES)}")
+    if name == "step" and (nums[0] < 1 or nums[0] != int(nums[0])):
+        raise ValueError(f"--lr-schedule {spec!r}: EVERY must be a whole number >= 1")
+    if nums and not 0.0 < nums[-1] <= 1.0:  # optax reads a rate of 0 as no decay
+        raise ValueError(f"--lr-schedule {spec!r}: FACTOR must lie in (0, 1]")
+    schedule = {"constant": lambda: optax.constant_schedule(1.0),
+                "cosine": lambda: optax.cosine_decay_schedule(1.0, max(int(rounds), 1)),
+                "step": lambda: optax.exponential_decay(1.0, int(nums[0]), nums[1],
+                                                        staircase=True),
+                "exponential": lambda: optax.exponential_decay(1.0, 1, nums[0])}[name]()
+    return lambda r: float(schedule(r - 1))

@@ -99,6 +99,7 @@ class TrainConfig:
       momentum: client SGD momentum (paper: 0.9).
       embedding_lr: optional separate learning rate of the word embeddings (paper's IYY
         setting: 0.01 with lr 0.1).
+      lr_schedule: lr over the rounds (``optimizers.round_schedule``; ``constant``).
       lambda_kt: KTEPS lambda1, knowledge-transfer weight (Eq. 9; paper 0.01).
       lambda_div: KTEPS lambda2, HSIC diversity weight (Eq. 9; paper 0.01; arch_* use 0).
       temperature: KTEPS T of Eq. 8 (paper 0.25).
@@ -244,6 +245,7 @@ class TrainConfig:
     lr: float | None = None
     momentum: float = registry.default("momentum")
     embedding_lr: float | None = None
+    lr_schedule: str = "constant"
     lambda_kt: float = registry.default("lambda_kt")
     lambda_div: float = registry.default("lambda_div")
     temperature: float = registry.default("temperature")

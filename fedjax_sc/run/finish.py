@@ -170,7 +170,8 @@ def personalize_members(cs: Sequence[TrainConfig], build: Callable[[dict[str, An
 
 def _figure(out: Path, log) -> str:
     """Draws the run's ``convergence.png``
-    (:func:`fedjax_sc.run.plumbing.figures.run_figure`) where matplotlib is installed; returns the line report.md embeds it with ("" without one)."""
+    (:func:`fedjax_sc.run.plumbing.figures.run_figure`) where matplotlib is installed; returns
+    the line report.md embeds it with ("" without one)."""
     if not figures.have_matplotlib() or not processes.primary():
         return ""
     try:

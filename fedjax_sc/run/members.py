@@ -130,8 +130,11 @@ def check_members(configs: Sequence[TrainConfig]) -> None:
 
 def varied(configs: Sequence[TrainConfig]) -> list[str]:
     """The :data:`TRACED` fields whose values differ between the members (traced in the
-    round); the others reach the builder as Python floats."""
-    return [k for k in TRACED if len({getattr(c, k) for c in configs}) > 1]
+    round), and ``lr`` under an ``lr_schedule``; the others reach the builder as Python
+    floats."""
+    scheduled = configs[0].lr_schedule != "constant"  # the round's lr changes every round
+    return [k for k in TRACED
+            if len({getattr(c, k) for c in configs}) > 1 or (k == "lr" and scheduled)]
 
 
 def hparams(configs: Sequence[TrainConfig]) -> dict[str, np.ndarray]:

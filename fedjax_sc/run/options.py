@@ -66,6 +66,10 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     t.add_argument("--momentum", type=float, default=default("momentum"))
     t.add_argument("--embedding-lr", type=float, help="separate learning rate of the word "
                    "embeddings (paper's IYY setting: 0.01 with --lr 0.1)")
+    t.add_argument("--lr-schedule", default=default("lr_schedule"), metavar="SPEC",
+                   help="--lr over the rounds: constant, cosine (to 0 over --rounds), "
+                   "step:EVERY:FACTOR or exponential:FACTOR (optax schedules); the Ap phase's "
+                   "mu multiplies the initial --lr (default: %(default)s)")
     generated(t.add_argument_group("KTEPS loss (Eq. 7-9; kteps and arch_a/b/c)"), "kteps")
     u = t.add_argument_group("upload privacy and compression (KTEPS*, Alg. 1; any algorithm)")
     if not grid:

@@ -13,6 +13,7 @@ from typing import Any
 
 from fedjax_sc.algorithms import hparams
 from fedjax_sc.algorithms.context import is_spec
+from fedjax_sc.algorithms.optimizers import round_schedule
 from fedjax_sc.core import participation
 from fedjax_sc.core.heterogeneity import LocalWork
 from fedjax_sc.data import partition
@@ -39,11 +40,17 @@ def check(c: Any) -> LocalWork:
 
     Raises:
       ValueError: ``--lr must be >= 0, got -1.0``: a number out of its range or not a number;
-        a malformed ``--local-steps`` or another setting :func:`local_work` refuses; a
+        a malformed ``--local-steps`` or ``--lr-schedule`` (or one beside ``--embedding-lr``
+        or FedNova), or another setting :func:`local_work` refuses; a
         setting the algorithm's builder refuses (``FedProx mu must be >= 0``).
     """
     for name, (ok, what) in RANGES.items():
         hparams.check(flag(name), getattr(c, name), ok, what)
+    if getattr(c, "lr_schedule", "constant") != "constant":
+        round_schedule(c.lr_schedule, c.rounds)  # a malformed one names the flag
+        if c.embedding_lr is not None or c.aggregation == "fednova":
+            raise ValueError("--lr-schedule scales --lr alone, round by round: it does not "
+                             "combine with --embedding-lr or --aggregation fednova")
     if registry.known(c.algorithm) and not is_spec(c.algorithm):
         # the algorithm built once at placeholder sizes: its builders check their own settings
         # (--prox-mu, --ditto-lambda, --pfedme-k, ...) before any corpus is read

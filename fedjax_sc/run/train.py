@@ -14,10 +14,11 @@ Scale: ``partition`` re-splits the scene's pooled domains into ``num_clients`` c
 (:class:`fedjax_sc.core.feed.PopulationFeed`: data and private leaves stay on the
 host, sampled rows are gathered and scattered back); every round runs on a ``members x
 clients`` mesh of all devices (:mod:`fedjax_sc.core.sharding`; ``1 x D`` for one run);
-``server_opt`` adds a FedOpt server
-(:mod:`fedjax_sc.algorithms.fedopt`). Several processes (:mod:`fedjax_sc.run.plumbing.processes`) train
-one run together: every process runs this loop, process 0 writes the folder; each loads only
-its own clients where it can (:mod:`fedjax_sc.run.loading`).
+``server_opt`` adds a FedOpt server (:mod:`fedjax_sc.algorithms.fedopt`); ``lr_schedule``
+scales the client LR round by round (traced, one program). Several processes
+(:mod:`fedjax_sc.run.plumbing.processes`) train one run together: every process runs this
+loop, process 0 writes the folder; each loads only its own clients where it can
+(:mod:`fedjax_sc.run.loading`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_sc.algorithms.optimizers import round_schedule
 from fedjax_sc.core import central as central_trainers
 from fedjax_sc.core import communication, population, sharding
 from fedjax_sc.core.evaluate import make_evaluate, make_personal_evaluate
@@ -310,11 +312,14 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
         log(f"round compiled in {time.perf_counter() - t0:.1f} s; algorithm {c.algorithm}, "
             f"batch {c.batch_size}, lr {c.lr}, {c.local_epochs} local epochs, d = {c.embed_dim}")
     durations = []
+    lr_at = None if c.lr_schedule == "constant" else round_schedule(c.lr_schedule, c.rounds)
     for r in range(start + 1, c.rounds + 1):
         t0 = time.perf_counter()
         idxs = feed.sample(r)
         data, private = feed.inputs(idxs)
-        new_state, new_client_states, ms = round_step(state, private, data, p.keys, p.hparams)
+        values = p.hparams if lr_at is None else {  # the scheduled lr of round r, traced
+            **p.hparams, "lr": np.asarray([m.lr * lr_at(r) for m in cs], np.float32)}
+        new_state, new_client_states, ms = round_step(state, private, data, p.keys, values)
         ms = sharding.local(ms)  # the metrics of every process's clients
         for i, idx in enumerate(idxs):
             m = jax.tree.map(lambda x: np.asarray(x)[i, :len(idx)], ms)
@@ -346,6 +351,8 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
             row.update(xdev(lambda: member_global(i), ag))
             if feed.partial:
                 row["padding_ratio"] = feed.padding_ratio
+            if lr_at is not None:
+                row["lr"] = cs[i].lr * lr_at(r)
             rundir.append_text(metrics_paths[i], json.dumps(row) + "\n")
             trackers[i].round(row, list(names) if not feed.partial else
                               [names[k] for k in idx])

@@ -53,3 +53,18 @@ def test_embedding_learning_rate_applies_to_embedding_tables_only(momentum):
         client_sgd(0.1, 1.0)
     with pytest.raises(ValueError, match="matched by no rule|matching no leaf"):
         opt.init({"encoder": {"w": jnp.ones(2)}})  # no embedding table: refused
+
+
+def test_round_schedules_are_optax_schedules_by_round():
+    from fedjax_sc.algorithms.optimizers import round_schedule
+    assert [round_schedule("constant", 5)(r) for r in (1, 5)] == [1.0, 1.0]
+    assert [round_schedule("step:2:0.5", 6)(r) for r in range(1, 7)] == pytest.approx(
+        [1, 1, 0.5, 0.5, 0.25, 0.25])
+    assert [round_schedule("exponential:0.5", 3)(r) for r in (1, 2, 3)] == pytest.approx(
+        [1, 0.5, 0.25])
+    cosine = [round_schedule("cosine", 4)(r) for r in range(1, 5)]
+    assert cosine == pytest.approx([1, (1 + np.cos(np.pi / 4)) / 2, 0.5,
+                                    (1 + np.cos(3 * np.pi / 4)) / 2], abs=1e-6)
+    for bad in ("cosine:2", "step:1", "step:1.5:0.5", "exponential:1.5", "exponential:0"):
+        with pytest.raises(ValueError, match="--lr-schedule"):
+            round_schedule(bad, 3)

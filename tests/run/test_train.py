@@ -241,3 +241,29 @@ def test_every_flag_defaults_to_the_configuration_and_every_field_has_a_flag():
     assert {registry.config_field(o) for o in registry.OPTIONS} <= set(fields)
     assert {k: v for k, v in parsed.items() if k in fields and v != fields[k]} == {}
     assert sorted(k for k in fields if k not in parsed) == ["label_names"]
+
+
+def test_an_lr_schedule_scales_each_round_and_resumes_exactly(fedavg_run, tmp_path, capsys):
+    """``step:1:0.5`` halves the client LR every round (recorded per round in metrics.jsonl);
+    round 1 trains as the constant run; the schedule follows the round index, so a resumed
+    run ends with the uninterrupted one's parameters; the Ap phase uses mu * the initial
+    LR."""
+    full_dir, _ = fedavg_run
+    sched = dict(TINY, lr_schedule="step:1:0.5")
+    whole = train(TrainConfig(**sched, rounds=3, out=str(tmp_path / "whole")), log=_quiet)
+    rows, const = _rows(tmp_path / "whole/metrics.jsonl"), _rows(full_dir / "metrics.jsonl")
+    lr = TrainConfig(**TINY).resolved().lr
+    assert [r["lr"] for r in rows] == pytest.approx([lr, lr / 2, lr / 4])
+    assert rows[0]["train_loss"] == pytest.approx(const[0]["train_loss"], rel=1e-5)
+    assert rows[2]["train_loss"] != pytest.approx(const[2]["train_loss"], rel=1e-5)
+    assert "lr" not in const[0]  # a constant run's rows as before
+    train(TrainConfig(**sched, rounds=1, out=str(tmp_path / "cut"), ap=False), log=_quiet)
+    resumed = train(TrainConfig(**sched, rounds=3, out=str(tmp_path / "cut"), resume=True),
+                    log=_quiet)
+    chex.assert_trees_all_equal(whole["params"], resumed["params"])
+    assert resumed["Ap"] == whole["Ap"]
+    for bad, says in (("step:0:0.5", "EVERY"), ("exponential:0", "FACTOR"), ("linear", "cosine")):
+        assert cli.main(["train", "--scene", "synthetic", "--lr-schedule", bad, "--out",
+                         str(tmp_path / "bad")]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--lr-schedule" in err[0] and says in err[0]
