@@ -13,6 +13,9 @@
 # FDU_DIR (default /work/shared/data/fdu-mtl), OUT (default ~/fedjax_runs) and FEDJAX_SC (the
 # command, default: this checkout's code with the venv of /work/main) may be set.
 set -u
+# nice alone does not yield to the foreground when the script runs in a session of its own
+# (setsid): Linux shares the CPU between sessions' autogroups first; lower this one's weight
+echo 19 > /proc/self/autogroup 2>/dev/null || true
 FDU_DIR=${FDU_DIR:-/work/shared/data/fdu-mtl}
 R=${OUT:-$HOME/fedjax_runs}
 F=${FEDJAX_SC:-"env PYTHONPATH=$PWD /work/main/.venv/bin/python -m fedjax_sc.run.cli"}
