@@ -88,10 +88,11 @@ def _train(out: Path, procs: int, devices: int, *extra: str, **start) -> list[st
     for i, (code, stdout, stderr) in enumerate(ended):
         assert code == 0, f"process {i} of {procs} failed:\n{stderr[-3000:]}"
     assert "round   1" in ended[0][1] or "resumed" in ended[0][1]
-    gloo = re.compile(r"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\.?"
-                      r"|Expected number of connected peer ranks is : \d+")
+    gloo = re.compile(r"\[Gloo\]\s+Rank\s+\d+\s+is\s+connected\s+to\s+\d+\s+peer\s+ranks\.?"
+                      r"|Expected\s+number\s+of\s+connected\s+peer\s+ranks\s+is\s*:\s*\d+")
     for code, stdout, stderr in ended[1:]:  # gloo's own connection lines aside (two ranks'
-        # lines may interleave mid-line, so their pieces are removed, not whole lines)
+        # lines may interleave mid-line, a line break even inside one, so their pieces are
+        # removed, not whole lines)
         assert not gloo.sub("", stdout).strip(), stdout
     return [stderr for _, _, stderr in ended]
 
