@@ -69,10 +69,7 @@ class PopulationFeed:
                  num_sampled: int | None = None, sampling: str = "uniform",
                  num_clients: int | None = None, first: int = 0, member_axis: bool = True,
                  padding: str = "bucket"):
-        if padding not in participation.PADDINGS:
-            raise ValueError(f"unknown padding {padding!r}; choose from "
-                             f"{participation.PADDINGS}")
-        self.padding = padding
+        self.padding = participation.check_padding(padding)
         self.slots = self.examples = 0  # example slots and real examples of the last inputs
         self.mesh, self.seeds = mesh, [int(s) for s in seeds]
         self.size = len(self.seeds)

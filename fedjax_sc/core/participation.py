@@ -120,6 +120,17 @@ rounded up by :func:`example_bucket`), ``sampled`` (the largest sampled client e
 program per distinct size) or ``global`` (the scene's largest client, one program)."""
 
 
+def check_padding(padding: str) -> str:
+    """``padding`` when it is one of :data:`PADDINGS`.
+
+    Raises:
+      ValueError: another value (names it and the choices).
+    """
+    if padding not in PADDINGS:
+        raise ValueError(f"unknown padding {padding!r}; choose from {PADDINGS}")
+    return padding
+
+
 def example_bucket(n: int, cap: int) -> int:
     """The padded example count for a round whose largest sampled client holds ``n``
     examples: the smallest power of two >= max(n, 1), at most ``cap`` (the scene's largest
@@ -144,8 +155,7 @@ def padded_examples(counts: np.ndarray, cap: int, padding: str = "bucket") -> in
     Raises:
       ValueError: an unknown padding.
     """
-    if padding not in PADDINGS:
-        raise ValueError(f"unknown padding {padding!r}; choose from {PADDINGS}")
+    check_padding(padding)
     largest = int(np.max(counts)) if np.size(counts) else 0
     if padding == "global":
         return int(cap)

@@ -160,8 +160,7 @@ def make_population_personalize(
     if num_evals < 0 or steps_per_eval < 0 or batch_size < 1:
         raise ValueError(f"need num_evals >= 0, steps_per_eval >= 0, batch_size >= 1; got "
                          f"{num_evals}, {steps_per_eval}, {batch_size}")
-    if member_axis not in population.MEMBER_AXES:
-        raise ValueError(f"member_axis {member_axis!r}: choose from {population.MEMBER_AXES}")
+    population.check_member_axis(member_axis)
 
     def member(state, client_states, rng, values, train, test, first):
         algorithm, optimizer = build(values)

@@ -155,8 +155,7 @@ def build_population_round(build: Builder, *, batch_size: int, local_epochs: int
         return make(algorithm, batch_size=batch_size, local_epochs=local_epochs)(
             state, client_states, clients, key)
 
-    if member_axis not in MEMBER_AXES:
-        raise ValueError(f"member_axis {member_axis!r}: choose from {MEMBER_AXES}")
+    check_member_axis(member_axis)
 
     def round_step(states: ServerState, client_states: ClientStates, clients: ClientData,
                    keys: jax.Array, hparams: HParams):
@@ -169,6 +168,17 @@ def build_population_round(build: Builder, *, batch_size: int, local_epochs: int
                             member_shards)
 
     return round_step
+
+
+def check_member_axis(member_axis: str) -> str:
+    """``member_axis`` when it is one of :data:`MEMBER_AXES`.
+
+    Raises:
+      ValueError: another value (names it and the choices).
+    """
+    if member_axis not in MEMBER_AXES:
+        raise ValueError(f"member_axis {member_axis!r}: choose from {MEMBER_AXES}")
+    return member_axis
 
 
 def over_members(fn: Callable[..., Any], xs: tuple[Any, ...], member_axis: str = "auto",
@@ -184,8 +194,7 @@ def over_members(fn: Callable[..., Any], xs: tuple[Any, ...], member_axis: str =
     Raises:
       ValueError: an unknown ``member_axis``.
     """
-    if member_axis not in MEMBER_AXES:
-        raise ValueError(f"member_axis {member_axis!r}: choose from {MEMBER_AXES}")
+    check_member_axis(member_axis)
     if int(jax.tree.leaves(xs)[0].shape[0]) == 1:
         return jax.tree.map(lambda x: x[None], fn(*member(xs, 0)))
     axis = member_axis
