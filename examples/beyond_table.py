@@ -8,7 +8,9 @@ to each reference run (``fedjax-sc compare``: test-sample noise only, one seed).
         fedrod pfedme
 
 ``--run NAME=PATH`` names a run folder outside ``runs`` (e.g. the paper's methods' committed
-runs: ``--run fedavg=results/fdu/table3/fedavg-seed0``).
+runs: ``--run fedavg=results/fdu/table3/fedavg-seed0``). ``--figure PATH`` also draws every
+listed method's convergence (Ag per round, then Ap_t) in one PNG
+(:func:`fedjax_sc.run.paper.plots.convergence_figure`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def main() -> None:
                    help="the methods every row is compared with")
     p.add_argument("--run", action="append", default=[], metavar="NAME=PATH",
                    help="a method's run folder outside RUNS")
+    p.add_argument("--figure", type=Path, metavar="PNG",
+                   help="also draw the listed methods' convergence curves into this file")
     args = p.parse_args()
     named = {}
     for spec in args.run:
@@ -72,9 +76,13 @@ def main() -> None:
         head += [f"Ag - {r}", f"Ap - {r}"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * 2 + "---:|" * (len(head) - 2))
-    for m in args.methods:
-        if (where(m) / "report.json").exists():
-            print(row(m, where(m), refs))
+    done = [m for m in args.methods if (where(m) / "report.json").exists()]
+    for m in done:
+        print(row(m, where(m), refs))
+    if args.figure and done:
+        from fedjax_sc.run.paper.plots import convergence_figure
+        convergence_figure({m: where(m) for m in done}, args.figure,
+                           "FDU-MTL: Ag per round, then Ap_t (seed 0)")
 
 
 if __name__ == "__main__":

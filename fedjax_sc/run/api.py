@@ -66,7 +66,10 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
 
     ``resume`` of a population trains again from round 0 each member that holds no
     checkpoint (it never completed round 1, e.g. it diverged in it), in a population of
-    their own, and says so in one line on stderr; the others resume.
+    their own, and says so in one line on stderr; the others resume. Members that differ
+    only in the Ap phase's mu (``grid={"ap_lr_mult": ...}``) train once: the others copy the
+    trained one's rounds and redo only their Ap phases
+    (:func:`fedjax_sc.run.members.shared_training`).
 
     Returns:
       The run's report (as :func:`fedjax_sc.run.train.train`), or the members' reports
@@ -92,39 +95,82 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
     Path(config.out).mkdir(parents=True, exist_ok=True)
     index = Path(config.out) / "population.json"
     configs, restarted = members.restart_unsaved(configs)
-    if not restarted or len(restarted) == len(configs):
+    lead = members.shared_training(configs)
+    if all(j is None for j in lead) and (not restarted or len(restarted) == len(configs)):
         return train_population(configs, log=log, index=index, grid=list(parsed), mesh=mesh)
-    return _resume_in_parts(configs, restarted, log, index, list(parsed))
+    return _train_in_parts(configs, restarted, lead, log, index, list(parsed))
 
 
-def _resume_in_parts(configs: list[Any], restarted: list[int], log: Callable[[str], None],
-                     index: Path, grid: list[str]) -> list[dict[str, Any] | None]:
-    """``--resume`` of a population some of whose members hold no checkpoint
-    (:func:`fedjax_sc.run.members.restart_unsaved`): the others resume as one population,
-    then those train from round 0 as another (a member that diverges again stops, as in a
-    population; the devices are split automatically); ``population.json`` written at the end.
-    One line on stderr names them."""
+def _train_in_parts(configs: list[Any], restarted: list[int], lead: list[int | None],
+                    log: Callable[[str], None], index: Path, grid: list[str]
+                    ) -> list[dict[str, Any] | None]:
+    """A population trained in parts, ``population.json`` written before and after:
+
+    1. the members that resume (or start) as usual, as one population;
+    2. on ``--resume``, the members that hold no checkpoint (they never completed round 1,
+       :func:`fedjax_sc.run.members.restart_unsaved`), from round 0 as another (one line on
+       stderr names them; a member that diverges again stops, as in a population);
+    3. the members that share the training of another (``lead``,
+       :func:`fedjax_sc.run.members.shared_training`; that one trains without its Ap phase
+       in 1 or 2): its rounds are copied into their folders
+       (:func:`fedjax_sc.run.rundir.copy_training`), then they and the members they copied
+       resume for the evaluation and the Ap phase only, every member with its own mu, as one
+       population (one compiled Ap program). A member whose trained one diverged is reported
+       as it diverged (no folder of its own).
+
+    The devices are split automatically (``--mesh`` applies to one population)."""
+    import dataclasses
+
     from fedjax_sc.run import members, rundir
     from fedjax_sc.run.plumbing import processes
     from fedjax_sc.run.train import NonFiniteUpdateError, train_population
-    fresh = [configs[i] for i in restarted]
-    if processes.primary():
-        print(f"fedjax-sc: --resume: {', '.join(Path(c.out).name for c in fresh)} "
+    sharers = [i for i, j in enumerate(lead) if j is not None]
+    fresh = [i for i in restarted if i not in sharers]
+    for i in sharers:  # a folder that cannot take the copy is named before any training
+        rundir.check_out_dir(Path(configs[i].out), dataclasses.replace(configs[i],
+                                                                        resume=False))
+    if fresh and processes.primary():
+        print(f"fedjax-sc: --resume: {', '.join(Path(configs[i].out).name for i in fresh)} "
               f"{'holds' if len(fresh) == 1 else 'hold'} no checkpoint (never completed round "
               f"1): trained again from round 0; the other members resume and keep their files",
               file=sys.stderr, flush=True)
-    reports: dict[str, dict[str, Any] | None] = {}
-    for part in ([c for i, c in enumerate(configs) if i not in restarted], fresh):
+    for i in sharers:
+        log(f"{Path(configs[i].out).name}: trains as {Path(configs[lead[i]].out).name} does "
+            f"(only the Ap phase differs): its rounds are copied once that one has finished")
+    members.write_index(index, configs, ["running"] * len(configs), grid)
+    reports: dict[int, dict[str, Any] | None] = {}
+
+    def run(part: list[int], cs: list[Any]) -> None:
+        if not part:
+            return
         try:
-            got = train_population(part, log=log)
+            got = train_population(cs, log=log)
         except NonFiniteUpdateError as e:  # a part of one member, or all of it, diverged
-            log(f"{e} ({', '.join(Path(c.out).name for c in part)} stopped)")
-            got = [None] * len(part)
-        reports.update(zip((c.out for c in part), got))
+            log(f"{e} ({', '.join(Path(c.out).name for c in cs)} stopped)")
+            got = [None] * len(cs)
+        reports.update(zip(part, got))
+
+    leaders = {lead[i] for i in sharers}  # their Ap phase comes with their sharers'
+    first = [i for i, j in enumerate(lead) if j is None and i not in fresh]
+    for part in (first, fresh):
+        run(part, [dataclasses.replace(configs[i], ap=configs[i].ap and i not in leaders)
+                   for i in part])
+    copied = [i for i in sharers if reports[lead[i]] is not None]
+    for i in copied:
+        where = Path(configs[i].out)
+        if configs[i].overwrite and rundir.run_files(where):
+            rundir.remove_run(where)
+            log(f"--overwrite: removed the earlier run in {where}")
+        rundir.copy_training(Path(configs[lead[i]].out), where)
+    processes.barrier("population: shared training copied")
+    again = sorted({lead[i] for i in copied} | set(copied))
+    run(again, [dataclasses.replace(configs[i], resume=True, overwrite=False) for i in again])
+    trained = [lead[i] if lead[i] is not None else i for i in range(len(configs))]
     members.write_index(index, configs, [
-        "finished" if reports[c.out] is not None else
-        f"diverged at round {(rundir.last_round(Path(c.out)) or 0) + 1}" for c in configs], grid)
-    return [reports[c.out] for c in configs]
+        "finished" if reports.get(i) is not None else
+        f"diverged at round {(rundir.last_round(Path(configs[t].out)) or 0) + 1}"
+        for i, t in enumerate(trained)], grid)
+    return [reports.get(i) for i in range(len(configs))]
 
 
 def table_scene(data: str | Path, *, text_column: str, label_column: str,

@@ -11,7 +11,8 @@ What may differ between members: the seed (initialisation, the random vectors of
 without a pretrained vector, batch order, client sampling, noise), the values of
 :data:`TRACED` (passed to the algorithm's builder as traced scalars) and the Ap phase's mu
 (``ap_lr_mult``, traced in the members' one Ap program). Everything else changes the program
-or the data and must be equal; :func:`check_members` names the setting that is not.
+or the data and must be equal; :func:`check_members` names the setting that is not. Members
+that differ only in the Ap phase's mu train once (:func:`shared_training`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ GRID_NAMES = (*TRACED, "ap_lr_mult")
 
 PER_MEMBER = {*GRID_NAMES, "seed", "out"}
 """Fields in which members may differ."""
+
+AP_ONLY = ("ap_lr_mult",)
+"""The grid's settings that change only the Ap phase: members that differ in nothing else
+train the same rounds (:func:`shared_training`)."""
 
 
 def parse_grid(specs: Sequence[str] | None) -> dict[str, list[float]]:
@@ -157,6 +162,30 @@ def write_index(path: Path, configs: Sequence[TrainConfig], status: Sequence[str
                         "values": {k: getattr(c, k) for k in grid}, "status": s})
     index = summary.write(path, {"members": members, "grid": list(grid)})
     rundir.write_text(path, json.dumps(index, indent=2) + "\n")
+
+
+def shared_training(configs: Sequence[TrainConfig]) -> list[int | None]:
+    """For each member, the index of an earlier member whose rounds it would repeat (equal
+    but for :data:`AP_ONLY`, its folder and ``resume`` / ``overwrite``; the seed counts), or
+    None: the members to train. A member shares training only while its folder holds no run
+    of its own (no ``config.json``) or ``overwrite`` is on; a member with its own run resumes
+    it. The one that is trained is the first of its kind that is not itself a sharer.
+
+    ``--grid ap_lr_mult=0.01,1`` thus trains once and fine-tunes twice
+    (:func:`fedjax_sc.run.api.train`: the trained member's checkpoints are copied into the
+    other's folder, :func:`fedjax_sc.run.rundir.copy_training`, which then only redoes the
+    evaluation and its own Ap phase)."""
+    skip = {*AP_ONLY, "out", "resume", "overwrite"}
+    trained: dict[str, int] = {}
+    lead: list[int | None] = []
+    for i, c in enumerate(configs):
+        key = json.dumps({k: v for k, v in dataclasses.asdict(c).items() if k not in skip},
+                         sort_keys=True, default=str)
+        fresh = c.overwrite or not (Path(c.out) / "config.json").exists()
+        lead.append(trained[key] if key in trained and fresh else None)
+        if lead[-1] is None:
+            trained.setdefault(key, i)
+    return lead
 
 
 def restart_unsaved(configs: Sequence[TrainConfig]) -> tuple[list[TrainConfig], list[int]]:

@@ -243,8 +243,8 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    "compiled round for all members")
     t.add_argument("--grid", action="append", metavar="NAME=V1,V2,...",
                    help="train every value as members of one population (repeat for a "
-                   "product grid), e.g. lr=0.01,0.05 or lambda_kt=0,0.01; names: "
-                   + ", ".join(GRID_NAMES))
+                   "product grid), e.g. lr=0.01,0.05 or lambda_kt=0,0.01 (members that "
+                   "differ only in ap_lr_mult train once); names: " + ", ".join(GRID_NAMES))
     t.add_argument("--mesh", metavar="MEMBERSxCLIENTS",
                    help="the devices of every process as a members x clients mesh, e.g. 2x4: "
                    "a population's members split over the first axis (it must divide their "

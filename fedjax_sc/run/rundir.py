@@ -87,6 +87,30 @@ def remove_run(out: Path) -> None:
         path.unlink()
 
 
+def copy_training(source: Path, where: Path) -> None:
+    """Copies the rounds of the run in ``source`` (its checkpoints, configuration, metrics,
+    vocabulary and data fingerprint) into ``where``, for a run that differs from it only in
+    its Ap phase: ``--resume`` there checks the configuration and the data against the copy,
+    then only redoes the evaluation and the Ap phase. Process 0 of several (the others wait
+    at the caller's barrier).
+
+    Raises:
+      FileExistsError: ``where`` already holds run files (nothing is copied or replaced).
+    """
+    if not primary():
+        return
+    if run_files(where):
+        raise FileExistsError(f"{where} already holds run files ({', '.join(run_files(where))})"
+                              f"; the training of {source} is not copied over them")
+    where.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(source / "checkpoints", where / "checkpoints")
+    # the data record too, so that the resume checks the corpus against the one the source
+    # trained on (a run older than fingerprints has only vocab.json)
+    for name in ("config.json", "metrics.jsonl", "vocab.json", "fingerprint.json"):
+        if (source / name).exists():
+            shutil.copy(source / name, where / name)
+
+
 def file_digest(path: Path) -> dict[str, Any]:
     """``{"bytes": size, "sha256": hex digest}`` of a file."""
     h = hashlib.sha256()

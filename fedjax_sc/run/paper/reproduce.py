@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -187,14 +186,7 @@ def _prepare(run: Run, c: TrainConfig, log: Callable[[str], None]) -> TrainConfi
         source = where.parent.parent / run.shares_training_with / where.name
         if (source / "report.json").exists() and (source / "checkpoints").exists():
             log(f"== {run.name} seed {c.seed}: reusing the training of {source}")
-            if processes.primary():
-                where.mkdir(parents=True, exist_ok=True)
-                shutil.copytree(source / "checkpoints", where / "checkpoints")
-                # the data record too, so the resume checks the corpus against the one the
-                # base run trained on (a run older than fingerprints has only vocab.json)
-                for name in ("config.json", "metrics.jsonl", "vocab.json", "fingerprint.json"):
-                    if (source / name).exists():
-                        shutil.copy(source / name, where / name)
+            rundir.copy_training(source, where)
     processes.barrier(f"reproduce: {where} prepared")
     started = (where / "config.json").exists()
     saved = started and rundir.last_round(where) is not None
