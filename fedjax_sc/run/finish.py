@@ -37,8 +37,10 @@ def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result,
            ) -> dict[str, Any]:
     """A member's report (report.json, report.md, the Ap_t lines of metrics.jsonl), after its
     last round and its Ap phase (``ap``, from :func:`personalize_members`, None without one;
-    ``ap_seconds``: the member's share of that phase's wall time); ``extra``: figures added
-    to the report (a cross-device scene's, :mod:`fedjax_sc.run.cross_device`).
+    ``ap_seconds``: the member's share of that phase's wall time; ``durations``: the seconds
+    of the rounds this invocation trained, recorded where metrics.jsonl lacks a round's);
+    ``extra``: figures added to the report (a cross-device scene's,
+    :mod:`fedjax_sc.run.cross_device`).
 
     Returns:
       The report (:func:`fedjax_sc.run.train.train`), with the final ``params`` and the
@@ -66,7 +68,10 @@ def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result,
     report = make_report(c, scene, ag, personal, ap, mode)
     report["communication"] = comm
     report["training"] = "federated" if central is None else central.name
-    report["timing"] = {"round_seconds": durations, "ap_seconds": ap_seconds}
+    # every round's seconds, also those of earlier invocations of a resumed run
+    seconds = [r.get("seconds") for r in rundir.read_metrics(out / "metrics.jsonl", c.rounds)]
+    report["timing"] = {"round_seconds": seconds if len(seconds) == c.rounds else durations,
+                        "ap_seconds": ap_seconds}
     report["environment"] = environment()
     report.update(extra or {})
     if c.dp_clip is not None:

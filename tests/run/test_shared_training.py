@@ -43,6 +43,7 @@ def test_an_ap_only_grid_trains_once_and_each_member_equals_its_standalone_run(
                                [r["train_loss"] for r in
                                 _rounds(tmp_path / "alone" / "metrics.jsonl")], rtol=1e-6)
     report = json.loads((sharer / "report.json").read_text())
+    assert len(report["timing"]["round_seconds"]) == 2  # the copied rounds' seconds
     assert report["Ap"] == pytest.approx(alone["Ap"], abs=1e-6)
     still = json.loads((pop / "ap_lr_mult-0_seed-1" / "report.json").read_text())
     assert len(set(still["Ap_t"])) == 1 and report["Ap_t"] != still["Ap_t"]
