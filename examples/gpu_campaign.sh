@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The 50-round runs of results/fdu/ on a lent accelerator, where one FDU-MTL run takes minutes
+# instead of the CPU's two to three hours: the paper's ablation tables as populations (the
+# cells of one algorithm share one compiled program) and the methods beyond the paper, one
+# run each. The runs go to $WORK (default /tmp/campaign); at the end their small files (no
+# checkpoints, no vocabularies) and the logs are packed into $OUT/campaign.tar.gz (the device
+# tool brings back few files) and the logs' last lines printed.
+#
+# Prepare on the CPU: `bash benchmarks/gpu_carry.sh` (carry/: the corpus, and its vocabulary's
+# GloVe 6B 50d rows as a word-vector file, which gives the same initial table as
+# --embeddings glove-6b-50d). On the device (carry: ["carry"]), one call per step or two:
+#   PYTHONPATH=$PWD OUT=$OUT STEP_S=540 bash examples/gpu_campaign.sh table8
+#   PYTHONPATH=$PWD OUT=$OUT bash examples/gpu_campaign.sh \
+#       table4:kteps_l1-0_l2-0.001,kteps_l1-0.001_l2-0 beyond:ditto,fedrep
+# Steps: TABLE (every cell of table4, table7 or table8), TABLE:RUN,RUN (those cells: the run
+# names of `fedjax-sc reproduce`), beyond:METHOD,METHOD (`train --algorithm METHOD`, seed 0,
+# the paper's settings; FedRep with 25 head steps, from results/fdu/beyond.md's grid).
+# A step gets what is left of $STEP_S seconds (default 540) under `timeout`; an interrupted
+# population brings back its metrics so far. Land the runs on the CPU with
+# examples/land_device_runs.py (docs/reproducing.md).
+# TINY=1: 1 round at tiny shapes on two domains, a dry run on a CPU in minutes.
+set -u
+OUT=${OUT:-campaign-out}
+WORK=${WORK:-/tmp/campaign}
+PY=${PYTHON:-python3}
+STEP_S=${STEP_S:-540}
+FDU_DIR=${FDU_DIR:-carry/fdu-mtl}
+GLOVE=${GLOVE:-carry/fdu-glove50.txt}
+POP=${POP:-16}
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
+mkdir -p "$OUT" "$WORK"
+DATA=(--scene fdu --data-dir "$FDU_DIR" --embeddings "$GLOVE")
+TINY_ARGS=()
+[ "${TINY:-0}" = 1 ] && TINY_ARGS=(--rounds 1 --domains books dvd --max-len 16
+  --vocab-size 2000 --hidden 8 --mlp-hidden 8 --ap-evals 1 --ap-steps 2)
+start=$(date +%s)
+for step in "$@"; do
+  name=${step%%:*}
+  list=""; [ "$step" != "$name" ] && list=${step#*:}
+  left=$(( STEP_S - ($(date +%s) - start) ))
+  [ "$left" -lt 30 ] && { echo "== $step: skipped, $STEP_S s spent"; continue; }
+  tag=$name${list:+-${list//,/-}}
+  tag=${tag:0:80}
+  log="$WORK/$tag.log"
+  echo "== $step ($left s left)"
+  t0=$(date +%s)
+  case $name in
+    table4|table7|table8)
+      methods=(); [ -n "$list" ] && methods=(--methods ${list//,/ })
+      timeout "$left" "$PY" -m fedjax_sc.run.cli reproduce "$name" "${DATA[@]}" --seeds 1 \
+        --first-seed 0 --no-plots --population-size "$POP" "${methods[@]}" \
+        --out "$WORK/reproduce-$name" "${TINY_ARGS[@]}" > "$log" 2>&1 ;;
+    beyond)
+      rc=0
+      for m in ${list//,/ }; do
+        extra=(); [ "$m" = fedrep ] && extra=(--rep-head-steps 25)
+        left=$(( STEP_S - ($(date +%s) - start) ))
+        [ "$left" -lt 30 ] && { echo "   $m: skipped, $STEP_S s spent" | tee -a "$log"; continue; }
+        timeout "$left" "$PY" -m fedjax_sc.run.cli train "${DATA[@]}" --algorithm "$m" \
+          --seed 0 "${extra[@]}" --out "$WORK/beyond50/$m" --overwrite "${TINY_ARGS[@]}" \
+          >> "$log" 2>&1 || rc=$?
+      done
+      (exit $rc) ;;
+    *) echo "unknown step $step (table4, table7, table8, beyond:METHOD,...)"; exit 2 ;;
+  esac
+  echo "   rc $?, $(( $(date +%s) - t0 )) s"
+  tail -n 3 "$log"
+done
+# the small files of every run so far
+tar -czf "$OUT/campaign.tar.gz" -C "$WORK" --exclude checkpoints --exclude vocab.json .
+ls -la "$OUT"
