@@ -164,3 +164,10 @@ def test_later_seeds_train_and_export_alone_beside_an_exported_seed_0(tmp_path, 
     assert main([*export, "--store", str(later)]) == 1
     assert "seed-0: no metrics.jsonl" in capsys.readouterr().err
     assert main([*export, "--store", str(later), "--first-seed", "-1"]) == 1
+
+
+def test_a_run_on_an_accelerator_names_it_beside_its_seconds():
+    from fedjax_sc.run.paper.results import _accelerator
+    assert _accelerator({"environment": {"device": "gpu: NVIDIA H200 x 1"}}) == " (NVIDIA H200)"
+    assert _accelerator({"environment": {"device": "cpu: cpu x 1"}}) == ""
+    assert _accelerator({}) == ""  # a report older than the environment record

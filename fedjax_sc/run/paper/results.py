@@ -340,12 +340,22 @@ def _by_round(order: Sequence[str], seeds: Sequence[int], reports: dict, rows: d
             ap_s = reports.get((m, s), {}).get("timing", {}).get("ap_seconds")
             label = m if len([t for t in seeds if (m, t) in rows]) == 1 else f"{m}, seed {s}"
             lines.append(f"| {label} | " + " | ".join(cells) + " | "
-                         + (f"{np.median(secs):.0f}" if secs else "") + " | "
+                         + (f"{np.median(secs):.0f}" if secs else "")
+                         + _accelerator(reports.get((m, s), {})) + " | "
                          + ("" if ap_s is None else f"{ap_s:.0f}") + " |")
     return lines + ["", "(p): no global model; the clients' personalised accuracy before "
                     "fine-tuning. A blank cell: the run has not reached that round yet. Last 10 "
                     "rounds: the mean and standard deviation of Ag over the rounds named, a "
-                    "measure of how much one round's figure moves by chance late in training."]
+                    "measure of how much one round's figure moves by chance late in training. "
+                    "Seconds: on a CPU, unless an accelerator is named."]
+
+
+def _accelerator(report: dict) -> str:
+    """`` (NVIDIA H200)`` for a run that trained on an accelerator (its report's
+    ``environment.device``, ``"gpu: NVIDIA H200 x 1"``), else ``""``."""
+    device = report.get("environment", {}).get("device", "")
+    platform, _, kind = device.partition(":")
+    return "" if not kind or platform.strip() == "cpu" else f" ({kind.split(' x ')[0].strip()})"
 
 
 def summary_table(order: Sequence[str], seeds: Sequence[int], reports: dict, rows: dict,
