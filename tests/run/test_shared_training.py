@@ -82,3 +82,16 @@ def test_a_resume_finishes_the_trained_member_then_copies_it(tmp_path, capsys):
                                                           "ap_lr_mult-50_seed-0")]
     assert [r["round"] for r in rows[1]] == [1, 2] and rows[0] == rows[1]
     assert json.loads((pop / "ap_lr_mult-50_seed-0" / "report.json").read_text())["Ap"] > 0
+
+
+def test_a_member_whose_trained_member_diverged_is_reported_diverged(tmp_path):
+    from fedjax_sc.run import api
+    settings = {k: v for k, v in TINY.items() if k != "algorithm"}
+    reports = api.train("fedavg", out=tmp_path, log=lambda _: None, **settings,
+                        grid={"lr": [0.1, 1e30], "ap_lr_mult": [0.01, 1.0]})
+    assert [r is None for r in reports] == [False, False, True, True]
+    status = {m["folder"]: m["status"] for m in
+              json.loads((tmp_path / "population.json").read_text())["members"]}
+    assert status["lr-1e+30_ap_lr_mult-1_seed-0"] == "diverged at round 1"
+    assert status["lr-0.1_ap_lr_mult-1_seed-0"] == "finished"
+    assert not (tmp_path / "lr-1e+30_ap_lr_mult-1_seed-0").exists()  # nothing to copy
