@@ -54,10 +54,12 @@ for step in "$@"; do
       rc=0
       for m in ${list//,/ }; do
         extra=(); [ "$m" = fedrep ] && extra=(--rep-head-steps 25)
+        [ -f "$WORK/beyond50/$m/report.json" ] && continue  # finished in an earlier call
+        [ -e "$WORK/beyond50/$m" ] && extra+=(--resume)
         left=$(( STEP_S - ($(date +%s) - start) ))
         [ "$left" -lt 30 ] && { echo "   $m: skipped, $STEP_S s spent" | tee -a "$log"; continue; }
         timeout "$left" "$PY" -m fedjax_sc.run.cli train "${DATA[@]}" --algorithm "$m" \
-          --seed 0 "${extra[@]}" --out "$WORK/beyond50/$m" --overwrite "${TINY_ARGS[@]}" \
+          --seed 0 "${extra[@]}" --out "$WORK/beyond50/$m" "${TINY_ARGS[@]}" \
           >> "$log" 2>&1 || rc=$?
       done
       (exit $rc) ;;
