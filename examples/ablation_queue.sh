@@ -52,14 +52,9 @@ step t4-first "$R/reproduce-table4" reproduce table4 $DATA $ONE \
 # The Ap phase's length (Table 5's cliff at mu = 1): the default cell's seed-0 model
 # fine-tuned 25 x 200 steps (about 25 epochs of a client) at mu = 0.01 and 1, one program.
 B="$R/reproduce-table4/fdu/kteps/seed-0"
-if [ -f "$B/report.json" ]; then
-  for mu in 0.01 1; do
-    m="$R/exp-ap-length/ap_lr_mult-${mu}_seed-0"
-    [ -e "$m" ] || { mkdir -p "$m" && cp -r "$B/checkpoints" "$B/config.json" \
-      "$B/metrics.jsonl" "$B/vocab.json" "$B/fingerprint.json" "$m/"; }
-  done
-  step ap-length "$R/exp-ap-length" train --config "$B/config.json" \
-    --grid ap_lr_mult=0.01,1 --seeds 0 --ap-steps 200 --out "$R/exp-ap-length"
+if [ -f "$B/report.json" ]; then  # its rounds copied into each member's folder
+  step ap-length "$R/exp-ap-length" train --from-run "$B" --grid ap_lr_mult=0.01,1 \
+    --seeds 0 --ap-steps 200 --out "$R/exp-ap-length"
 fi
 step t4 "$R/reproduce-table4" reproduce table4 $DATA $ONE --out "$R/reproduce-table4"
 step t8 "$R/reproduce-table8" reproduce table8 $DATA $ONE --out "$R/reproduce-table8"

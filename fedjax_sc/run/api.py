@@ -46,6 +46,7 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
           seeds: Sequence[int] | None = None,
           grid: Mapping[str, Sequence[float]] | Sequence[str] | None = None,
           mesh: str | None = None, log: Callable[[str], None] = print,
+          from_run: str | Path | None = None,
           **settings: Any) -> dict[str, Any] | list[dict[str, Any] | None]:
     """Trains ``algorithm`` as ``fedjax-sc train`` does: one run in ``out``, or with
     ``seeds`` / ``grid`` a population of runs under ``out`` (one folder per member and
@@ -61,6 +62,12 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
         :data:`fedjax_sc.run.members.GRID_NAMES`).
       mesh: ``--mesh``.
       log: where progress lines go.
+      from_run: ``--from-run``: a run folder whose rounds (checkpoints, configuration,
+        metrics) are copied into ``out`` (each member's folder) before it resumes, so that
+        only what the settings change is done: the evaluation and the Ap phase with other
+        Ap settings (more rounds continue its training). ``settings`` must match its
+        configuration otherwise (the resume's check names the first that does not). The
+        folder is not changed.
       **settings: any field of :class:`~fedjax_sc.run.config.TrainConfig` (``scene``,
         ``rounds``, ``lr``, ``resume``, ``overwrite``...).
 
@@ -87,11 +94,15 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
     specs = ([f"{k}={','.join(map(str, v))}" for k, v in grid.items()]
              if isinstance(grid, Mapping) else list(grid or ()))
     if seeds is None and not specs:
+        if from_run is not None:
+            config = _copied_from(Path(from_run), [config])[0]
         return (train_one(config, log=log) if mesh is None
                 else train_one(config, log=log, mesh=mesh))
     parsed = members.parse_grid(specs)
     configs = members.expand(config, None if seeds is None else [int(s) for s in seeds],
                              parsed)
+    if from_run is not None:
+        configs = _copied_from(Path(from_run), configs)
     Path(config.out).mkdir(parents=True, exist_ok=True)
     index = Path(config.out) / "population.json"
     configs, restarted = members.restart_unsaved(configs)
@@ -99,6 +110,43 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
     if all(j is None for j in lead) and (not restarted or len(restarted) == len(configs)):
         return train_population(configs, log=log, index=index, grid=list(parsed), mesh=mesh)
     return _train_in_parts(configs, restarted, lead, log, index, list(parsed))
+
+
+def _copied_from(run: Path, configs: list[Any]) -> list[Any]:
+    """``--from-run``: ``run``'s rounds copied into each config's folder that holds no run yet
+    (:func:`fedjax_sc.run.rundir.copy_training`; a folder that holds one, e.g. from an
+    earlier start of the same command, is resumed as it is), and every config set to resume.
+
+    Raises:
+      FileNotFoundError: ``run`` holds no checkpoint. ValueError: a setting other than the Ap
+        phase's and the rounds differs from ``run``'s, ``--overwrite`` (the copy goes into a
+        new folder), or a folder that is ``run`` itself. FileExistsError: a folder
+        holds part of a run but no config.json (nothing is copied over it).
+    """
+    import dataclasses
+
+    from fedjax_sc.run import rundir
+    from fedjax_sc.run.config import config_diff
+    from fedjax_sc.run.plumbing import processes
+    if rundir.last_round(run) is None:
+        raise FileNotFoundError(f"--from-run {run}: no checkpoint to start from")
+    if any(c.overwrite for c in configs):
+        raise ValueError("--from-run copies a run into a new --out folder: --overwrite does "
+                         "not apply (remove the folder, or choose another --out)")
+    if any(Path(c.out).resolve() == run.resolve() for c in configs):
+        raise ValueError(f"--from-run {run}: --out names the same folder; the run is not "
+                         f"changed, so choose another --out")
+    saved = rundir.read_json(run / "config.json")
+    for c in configs:  # before anything is copied
+        diff = config_diff(saved, c.resolved())
+        if diff:
+            raise ValueError(f"--from-run {run}: settings differ from the run's {diff}; a "
+                             f"run started from it may change only its Ap phase and rounds")
+    for c in configs:
+        if not (Path(c.out) / "config.json").exists():
+            rundir.copy_training(run, Path(c.out))
+    processes.barrier("--from-run: rounds copied")
+    return [dataclasses.replace(c, resume=True, overwrite=False) for c in configs]
 
 
 def _train_in_parts(configs: list[Any], restarted: list[int], lead: list[int | None],

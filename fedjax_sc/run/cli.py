@@ -42,6 +42,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="rerun a saved run: its configuration, with the flags given here "
                    "overriding it (e.g. --rounds 2 --out runs/rerun); on the same machine it "
                    "reproduces the saved figures exactly")
+    t.add_argument("--from-run", metavar="RUN",
+                   help="start from the rounds of run folder RUN: its configuration (as "
+                   "--config RUN/config.json, unless --config is given) and its checkpoints "
+                   "are copied into --out (each member's folder), so that only the "
+                   "evaluation and the Ap phase run, with the Ap settings given here (e.g. "
+                   "--ap-steps 200 --grid ap_lr_mult=0.01,1); RUN is not changed")
     p.train_parser = t
     q = sub.add_parser(
         "reproduce", help="run every method of a paper table (resumable results store) and "
@@ -176,10 +182,11 @@ def _train(args: dict) -> None:
     (:func:`fedjax_sc.run.api.train`, which ``fsc.train`` is too)."""
     from fedjax_sc.run import api, members
     seeds, specs, mesh = args.pop("seeds"), args.pop("grid"), args.pop("mesh")
+    from_run = args.pop("from_run")
     if seeds is not None and args.get("seed", _d("seed")) != _d("seed"):
         raise ValueError("--seed and --seeds: give one of them")
     settings = {k: v for k, v in args.items() if k not in ("algorithm", "out")}
-    api.train(args["algorithm"], out=args["out"], mesh=mesh, grid=specs,
+    api.train(args["algorithm"], out=args["out"], mesh=mesh, grid=specs, from_run=from_run,
               seeds=None if seeds is None else members.parse_seeds(seeds), **settings)
 
 
@@ -254,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
             processes.start(**processes.pop_arguments(args))
         if command == "train":
             config_path = args.pop("config")
+            if args["from_run"] and not (Path(args["from_run"]) / "config.json").is_file():
+                raise FileNotFoundError(f"--from-run {args['from_run']}: not a run folder "
+                                        f"(no config.json)")
+            if args["from_run"] and not config_path:
+                config_path = str(Path(args["from_run"]) / "config.json")
             if config_path:
                 args = _from_config(config_path, args, _given(parser.train_parser,
                                                               sys.argv[1:] if argv is None

@@ -47,6 +47,22 @@ def test_an_ap_only_grid_trains_once_and_each_member_equals_its_standalone_run(
     assert report["Ap"] == pytest.approx(alone["Ap"], abs=1e-6)
     still = json.loads((pop / "ap_lr_mult-0_seed-1" / "report.json").read_text())
     assert len(set(still["Ap_t"])) == 1 and report["Ap_t"] != still["Ap_t"]
+    # --from-run: the standalone run's rounds, fine-tuned at two mu in one program, no round
+    alone_files = {f: f.read_bytes() for f in (tmp_path / "alone").rglob("*") if f.is_file()}
+    assert cli.main(["train", "--from-run", str(tmp_path / "alone"), "--out",
+                     str(tmp_path / "forked"), "--grid", "ap_lr_mult=0,50"]) == 0
+    out = capsys.readouterr().out
+    assert "round compiled" not in out and out.count("(2 members in one program)") == 2
+    for mu, same in (("0", still), ("50", report)):
+        forked = json.loads((tmp_path / "forked" / f"ap_lr_mult-{mu}_seed-1" /
+                             "report.json").read_text())
+        assert forked["Ap"] == pytest.approx(same["Ap"], abs=1e-6)
+    assert {f: f.read_bytes() for f in alone_files} == alone_files  # the run is not changed
+    assert cli.main(["train", "--from-run", str(tmp_path / "alone"), "--out",
+                     str(tmp_path / "reseeded"), "--seed", "3"]) != 0
+    assert "seed" in capsys.readouterr().err and not (tmp_path / "reseeded").exists()
+    assert cli.main(["train", "--from-run", str(tmp_path), "--out", str(tmp_path / "x")]) != 0
+    assert "--from-run" in capsys.readouterr().err
     # a resume of the finished population redoes the Ap phases only, every member its own
     assert cli.main([*argv, "--resume"]) == 0
     again = json.loads((sharer / "report.json").read_text())
