@@ -66,8 +66,8 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
         metrics) are copied into ``out`` (each member's folder) before it resumes, so that
         only what the settings change is done: the evaluation and the Ap phase with other
         Ap settings (more rounds continue its training). ``settings`` must match its
-        configuration otherwise (the resume's check names the first that does not). The
-        folder is not changed.
+        configuration otherwise (checked before anything is copied; the error names those
+        that differ). The folder is not changed.
       **settings: any field of :class:`~fedjax_sc.run.config.TrainConfig` (``scene``,
         ``rounds``, ``lr``, ``resume``, ``overwrite``...).
 
