@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="table7: last component kept, as a fraction of d")
     q.add_argument("--no-plots", dest="plots", action="store_false",
                    help="do not write the PNG figures (default: off, figures written)")
+    q.add_argument("--status", action="store_true",
+                   help="train nothing: print each run's state in the store (finished, its "
+                   "last round, not started) and the runs not finished, for --methods")
     q.set_defaults(out=None, ap_evals=None, data_dir=None, embeddings="glove-6b-50d")
     x = sub.add_parser(
         "results", help="results as data: export a store's runs (small files only) into "
@@ -197,6 +200,7 @@ def _reproduce(args: dict) -> None:
     from fedjax_sc.run.paper.reproduce import FULL_SEEDS, QUICK, reproduce
     from fedjax_sc.run.train import TrainConfig
     table, quick, plots = args.pop("table"), args.pop("quick"), args.pop("plots")
+    status = args.pop("status")
     methods, d1s, fractions = args.pop("methods"), args.pop("d1"), args.pop("d2_fraction")
     seeds, first = args.pop("seeds") or (QUICK["seeds"] if quick else FULL_SEEDS), \
         args.pop("first_seed")
@@ -221,8 +225,11 @@ def _reproduce(args: dict) -> None:
                                     f"--data-dir or set FEDJAX_SC_FDU_DIR")
     if args["scene"] == "synthetic" and args["embeddings"] == "glove-6b-50d":
         args["embeddings"] = "random"  # the synthetic scene's words are not English
-    reproduce(table, TrainConfig(**args), out, list(range(first, first + seeds)), plots=plots,
-              methods=methods, d1s=d1s, fractions=fractions, population_size=size)
+    text = reproduce(table, TrainConfig(**args), out, list(range(first, first + seeds)),
+                     plots=plots, methods=methods, d1s=d1s, fractions=fractions,
+                     population_size=size, status=status)
+    if status:
+        print(text)
 
 
 LOG_LEVEL = "FEDJAX_SC_LOG_LEVEL"

@@ -108,6 +108,12 @@ def test_methods_trains_only_the_named_runs_and_shows_the_others_as_not_run(tmp_
             table_rows((tmp_path / "synthetic" / "table6.md").read_text()).items()}
     assert rows["kteps_star"] == ["not run"] * 3
     assert all(float(v) > 0 for v in rows["kteps"])  # run: real figures, not placeholders
+    # --status trains nothing and names what is left
+    assert main(["reproduce", "table6", *tiny, "--status"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(x.startswith("kteps seed 0: finished, Ag ") and ", Ap " in x for x in lines)
+    assert "kteps_star seed 0: not started" in lines and lines[-1] == "not finished: kteps_star"
+    assert not run_dir(tmp_path, "synthetic", "kteps_star", 0).exists()
     # a finished run of a method not named is read from the store, not retrained
     assert main(["reproduce", "table6", *tiny, "--methods", "kteps_star"]) == 0
     out = capsys.readouterr().out

@@ -84,7 +84,7 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
               log: Callable[[str], None] = print, plots: bool = True,
               methods: Sequence[str] | None = None, d1s: Sequence[int] = TABLE7_D1,
               fractions: Sequence[float] = TABLE7_FRACTIONS,
-              population_size: int | None = None) -> str:
+              population_size: int | None = None, status: bool = False) -> str:
     """Runs (or resumes, or skips) every run of ``table`` for every seed; returns the Markdown.
 
     The runs to train that share a program (the seeds of a row; Table 4's lambda grid, Table
@@ -105,6 +105,9 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
       d1s, fractions: Table 7's grid (see :func:`plan`).
       population_size: the most runs trained as one population (None: as many as fit in
         memory, :func:`fedjax_sc.run.members.fitting`).
+      status: train nothing: return one line per run and seed (``finished``, ``round r of
+        R`` or ``not started``), then the runs not finished, space-separated (for
+        ``--methods``).
 
     Several processes (:mod:`fedjax_sc.run.plumbing.processes`): every process calls this with the
     same arguments and trains every run with the others; process 0 writes the store and logs.
@@ -137,6 +140,8 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
                     log(f"== {run.name} seed {seed}: finished in {c.out}, skipped")
             elif methods is None or run.name in methods:
                 pending.append((run, c))
+    if status:
+        return _status(runs, seeds, reports, out, c0.scene, c0.rounds, methods)
     processes.barrier("reproduce: store read")  # before process 0 changes it
     # runs that reuse another's training (Table 5's mu) go once that one has finished
     for reuse in (False, True):
@@ -166,6 +171,26 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
     rundir.write_text(target, text + "\n")
     log(text)
     return text
+
+
+def _status(runs: Sequence[Run], seeds: Sequence[int], reports: dict, out: Path, scene: str,
+            rounds: int, methods: Sequence[str] | None) -> str:
+    """``reproduce(status=True)``: each run's state in the store, then those to train."""
+    lines, todo = [], []
+    for run in runs:
+        if methods is not None and run.name not in methods:
+            continue
+        for seed in seeds:
+            report = reports.get((run.name, seed))
+            done = rundir.last_round(run_dir(out, scene, run.name, seed))
+            if report is not None:
+                state = "finished" + "".join(f", {k} {100 * report[k]:.1f}" for k in ("Ag", "Ap")
+                                             if report.get(k) is not None)
+            else:
+                state = "not started" if done is None else f"round {done} of {rounds}"
+                todo += [] if run.name in todo else [run.name]
+            lines.append(f"{run.name} seed {seed}: {state}")
+    return "\n".join(lines + [f"not finished: {' '.join(todo) or '(none)'}"])
 
 
 def paper_noise(base: TrainConfig, algorithm: str) -> dict[str, float]:
