@@ -15,9 +15,12 @@
 # Steps: TABLE (every cell of table4, table7 or table8), TABLE:RUN,RUN (those cells: the run
 # names of `fedjax-sc reproduce`), beyond:METHOD,METHOD (`train --algorithm METHOD`, seed 0,
 # the paper's settings; FedRep with 25 head steps, from results/fdu/beyond.md's grid).
-# A step gets what is left of $STEP_S seconds (default 540) under `timeout`; an interrupted
-# population brings back its metrics so far. Land the runs on the CPU with
-# examples/land_device_runs.py (docs/reproducing.md).
+# Each reproduce step, and each method of a beyond step, is one job; PARALLEL=N runs N jobs
+# at once (an FDU round left an H200 idle 96 % of its time, bound by kernel launches,
+# docs/benchmarks.md: processes side by side may fill it; not measured yet). A job gets what
+# is left of $STEP_S seconds (default 540) under `timeout`; an interrupted population brings
+# back its metrics so far. Land the runs on the CPU with examples/land_device_runs.py
+# (docs/reproducing.md).
 # TINY=1: 1 round at tiny shapes on two domains, a dry run on a CPU in minutes.
 set -u
 OUT=${OUT:-campaign-out}
@@ -27,47 +30,51 @@ STEP_S=${STEP_S:-540}
 FDU_DIR=${FDU_DIR:-carry/fdu-mtl}
 GLOVE=${GLOVE:-carry/fdu-glove50.txt}
 POP=${POP:-16}
+PARALLEL=${PARALLEL:-1}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
 mkdir -p "$OUT" "$WORK"
 DATA=(--scene fdu --data-dir "$FDU_DIR" --embeddings "$GLOVE")
 TINY_ARGS=()
 [ "${TINY:-0}" = 1 ] && TINY_ARGS=(--rounds 1 --domains books dvd --max-len 16
   --vocab-size 2000 --hidden 8 --mlp-hidden 8 --ap-evals 1 --ap-steps 2)
+# job TAG CMD...: CMD under `timeout` of what is left of $STEP_S, its output in $WORK/TAG.log
+job() {
+  local tag=$1; shift
+  local left=$(( STEP_S - ($(date +%s) - start) ))
+  [ "$left" -lt 30 ] && { echo "== $tag: skipped, the $STEP_S s are spent"; return; }
+  echo "== $tag started ($left s left)"
+  local t0=$(date +%s)
+  timeout "$left" "$@" >> "$WORK/$tag.log" 2>&1
+  echo "== $tag: rc $?, $(( $(date +%s) - t0 )) s; $(tail -n 1 "$WORK/$tag.log" | cut -c1-150)"
+}
+# launch TAG CMD...: a job, in the background with at most $PARALLEL running at once
+launch() {
+  while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n; done
+  job "$@" &
+}
 start=$(date +%s)
 for step in "$@"; do
   name=${step%%:*}
   list=""; [ "$step" != "$name" ] && list=${step#*:}
-  left=$(( STEP_S - ($(date +%s) - start) ))
-  [ "$left" -lt 30 ] && { echo "== $step: skipped, $STEP_S s spent"; continue; }
-  tag=$name${list:+-${list//,/-}}
-  tag=${tag:0:80}
-  log="$WORK/$tag.log"
-  echo "== $step ($left s left)"
-  t0=$(date +%s)
   case $name in
     table4|table7|table8)
       methods=(); [ -n "$list" ] && methods=(--methods ${list//,/ })
-      timeout "$left" "$PY" -m fedjax_sc.run.cli reproduce "$name" "${DATA[@]}" --seeds 1 \
-        --first-seed 0 --no-plots --population-size "$POP" "${methods[@]}" \
-        --out "$WORK/reproduce-$name" "${TINY_ARGS[@]}" > "$log" 2>&1 ;;
+      tag=$name${list:+-${list//,/-}}
+      launch "${tag:0:80}" "$PY" -m fedjax_sc.run.cli reproduce "$name" "${DATA[@]}" \
+        --seeds 1 --first-seed 0 --no-plots --population-size "$POP" "${methods[@]}" \
+        --out "$WORK/reproduce-$name" "${TINY_ARGS[@]}" ;;
     beyond)
-      rc=0
       for m in ${list//,/ }; do
         extra=(); [ "$m" = fedrep ] && extra=(--rep-head-steps 25)
         [ -f "$WORK/beyond50/$m/report.json" ] && continue  # finished in an earlier call
         [ -e "$WORK/beyond50/$m" ] && extra+=(--resume)
-        left=$(( STEP_S - ($(date +%s) - start) ))
-        [ "$left" -lt 30 ] && { echo "   $m: skipped, $STEP_S s spent" | tee -a "$log"; continue; }
-        timeout "$left" "$PY" -m fedjax_sc.run.cli train "${DATA[@]}" --algorithm "$m" \
-          --seed 0 "${extra[@]}" --out "$WORK/beyond50/$m" "${TINY_ARGS[@]}" \
-          >> "$log" 2>&1 || rc=$?
-      done
-      (exit $rc) ;;
+        launch "beyond-$m" "$PY" -m fedjax_sc.run.cli train "${DATA[@]}" --algorithm "$m" \
+          --seed 0 "${extra[@]}" --out "$WORK/beyond50/$m" "${TINY_ARGS[@]}"
+      done ;;
     *) echo "unknown step $step (table4, table7, table8, beyond:METHOD,...)"; exit 2 ;;
   esac
-  echo "   rc $?, $(( $(date +%s) - t0 )) s"
-  tail -n 3 "$log"
 done
+wait
 # the small files of every run so far
 tar -czf "$OUT/campaign.tar.gz" -C "$WORK" --exclude checkpoints --exclude vocab.json .
 ls -la "$OUT"
