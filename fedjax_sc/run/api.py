@@ -109,6 +109,9 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
     lead = members.shared_training(configs)
     if all(j is None for j in lead) and (not restarted or len(restarted) == len(configs)):
         return train_population(configs, log=log, index=index, grid=list(parsed), mesh=mesh)
+    if mesh is not None:
+        log(f"--mesh {mesh}: this population trains in parts (members that resume or restart, "
+            f"or that share another's rounds); each part's mesh is chosen automatically")
     return _train_in_parts(configs, restarted, lead, log, index, list(parsed))
 
 
