@@ -13,8 +13,9 @@
 #   PYTHONPATH=$PWD OUT=$OUT bash examples/gpu_campaign.sh \
 #       table4:kteps_l1-0_l2-0.001,kteps_l1-0.001_l2-0 beyond:ditto,fedrep
 # Steps: TABLE (every cell of table4, table7 or table8), TABLE:RUN,RUN (those cells: the run
-# names of `fedjax-sc reproduce`), beyond:METHOD,METHOD (`train --algorithm METHOD`, seed 0,
-# the paper's settings; FedRep with 25 head steps, from results/fdu/beyond.md's grid).
+# names of `fedjax-sc reproduce`), beyond:METHOD,METHOD@SEED (`train --algorithm METHOD`, seed
+# 0 or SEED, the paper's settings; FedRep with 25 head steps, from results/fdu/beyond.md's
+# grid; folders beyond50/METHOD and beyond50/METHOD-seedSEED).
 # Each reproduce step, and each method of a beyond step, is one job; PARALLEL=N runs N jobs
 # at once (an FDU round left an H200 idle 96 % of its time, bound by kernel launches,
 # docs/benchmarks.md: processes side by side may fill it; not measured yet). A job gets what
@@ -64,12 +65,14 @@ for step in "$@"; do
         --seeds 1 --first-seed 0 --no-plots --population-size "$POP" "${methods[@]}" \
         --out "$WORK/reproduce-$name" "${TINY_ARGS[@]}" ;;
     beyond)
-      for m in ${list//,/ }; do
+      for ms in ${list//,/ }; do  # METHOD (seed 0, folder METHOD) or METHOD@S (METHOD-seedS)
+        m=${ms%@*}; seed=0; dir=$m
+        [ "$ms" != "$m" ] && { seed=${ms#*@}; dir=$m-seed$seed; }
         extra=(); [ "$m" = fedrep ] && extra=(--rep-head-steps 25)
-        [ -f "$WORK/beyond50/$m/report.json" ] && continue  # finished in an earlier call
-        [ -e "$WORK/beyond50/$m" ] && extra+=(--resume)
-        launch "beyond-$m" "$PY" -m fedjax_sc.run.cli train "${DATA[@]}" --algorithm "$m" \
-          --seed 0 "${extra[@]}" --out "$WORK/beyond50/$m" "${TINY_ARGS[@]}"
+        [ -f "$WORK/beyond50/$dir/report.json" ] && continue  # finished in an earlier call
+        [ -e "$WORK/beyond50/$dir" ] && extra+=(--resume)
+        launch "beyond-$dir" "$PY" -m fedjax_sc.run.cli train "${DATA[@]}" --algorithm "$m" \
+          --seed "$seed" "${extra[@]}" --out "$WORK/beyond50/$dir" "${TINY_ARGS[@]}"
       done ;;
     *) echo "unknown step $step (table4, table7, table8, beyond:METHOD,...)"; exit 2 ;;
   esac
