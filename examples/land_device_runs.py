@@ -41,8 +41,9 @@ def land(archive: Path, stores: Path, data_dir: str | None, vectors_as: str | No
         raise FileNotFoundError(f"{stores}: no such folder")
     landed = 0
     with tempfile.TemporaryDirectory() as tmp:
-        with tarfile.open(archive) as tar:
-            tar.extractall(tmp, filter="data")
+        with tarfile.open(archive) as tar:  # the "data" filter: no links or paths outside
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # < 3.11.4
+            tar.extractall(tmp, **safe)
         root = Path(tmp)
         for report in sorted(root.rglob("report.json")):
             run = report.parent
