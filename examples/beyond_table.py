@@ -52,6 +52,20 @@ def row(name: str, run: Path, references: list[Path]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def near_best(reports: dict[str, dict], margin: float = 0.005) -> str:
+    """One line per metric: the methods within ``margin`` (0.5 points) of the best Ag and
+    Ap, the ones whose seeds 1-2 the comparison needs before it can rank them."""
+    lines = []
+    for key in ("Ag", "Ap"):
+        scores = {m: r[key] for m, r in reports.items() if r.get(key) is not None}
+        if scores:
+            best = max(scores.values())
+            near = [m for m, v in sorted(scores.items(), key=lambda x: -x[1])
+                    if v >= best - margin]
+            lines.append(f"Within 0.5 points of the best {key} ({pct(best)}): {', '.join(near)}.")
+    return " ".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", type=Path, help="the folder holding one run folder per method")
@@ -79,6 +93,8 @@ def main() -> None:
     done = [m for m in args.methods if (where(m) / "report.json").exists()]
     for m in done:
         print(row(m, where(m), refs))
+    print("\n" + near_best({m: json.loads((where(m) / "report.json").read_text())
+                            for m in done}))
     if args.figure and done:
         from fedjax_sc.run.paper.plots import convergence_figure
         convergence_figure({m: where(m) for m in done}, args.figure,
