@@ -179,13 +179,19 @@ def shared_training(configs: Sequence[TrainConfig]) -> list[int | None]:
     trained: dict[str, int] = {}
     lead: list[int | None] = []
     for i, c in enumerate(configs):
-        key = json.dumps({k: v for k, v in dataclasses.asdict(c).items() if k not in skip},
-                         sort_keys=True, default=str)
+        key = _settings_key(c, skip)
         fresh = c.overwrite or not (Path(c.out) / "config.json").exists()
         lead.append(trained[key] if key in trained and fresh else None)
         if lead[-1] is None:
             trained.setdefault(key, i)
     return lead
+
+
+def _settings_key(c: TrainConfig, skip: set[str], *extra: Any) -> str:
+    """``c``'s fields outside ``skip`` (and ``extra``) as one string: equal for configs that
+    agree on them."""
+    fields = {k: v for k, v in dataclasses.asdict(c).items() if k not in skip}
+    return json.dumps([fields, *extra], sort_keys=True, default=str)
 
 
 def restart_unsaved(configs: Sequence[TrainConfig]) -> tuple[list[TrainConfig], list[int]]:
@@ -220,9 +226,8 @@ def groups(configs: Sequence[TrainConfig], cap: int | None = None
     Order is kept within a group; groups come in the order of their first member."""
     keyed: dict[str, list[TrainConfig]] = {}
     for c in configs:
-        fields = {k: v for k, v in dataclasses.asdict(c).items() if k not in PER_MEMBER}
-        keyed.setdefault(json.dumps([fields, rundir.last_round(Path(c.out))], sort_keys=True,
-                                    default=str), []).append(c)
+        keyed.setdefault(_settings_key(c, PER_MEMBER, rundir.last_round(Path(c.out))),
+                         []).append(c)
     out = []
     for group in keyed.values():
         size = cap or fitting(group[0])
