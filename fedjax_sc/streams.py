@@ -2,7 +2,9 @@
 
 A run has one root seed. JAX keys: ``root = jax.random.key(seed)`` is split into the model's
 initial parameters and the training key; round r uses ``fold_in(training key, r)``, client k
-``fold_in(round key, k)``, its epoch e and step j ``fold_in(fold_in(client key, e), j)``. The
+``fold_in(round key, k)``, its epoch e ``fold_in(client key, e)`` (example i's place in the
+epoch's shuffle from ``fold_in(epoch key, i)``) and the loss of its step j
+``fold_in(fold_in(epoch key, STEP), j)``. The
 constants below separate the other streams from those (``jax.random.fold_in(parent, STREAM)``)
 so that no two consumers ever share a key. NumPy generators (host-side data work) are seeded
 with ``np.random.default_rng([seed, STREAM, ...])``.
@@ -19,6 +21,9 @@ KNOWLEDGE = 2**31 - 3
 WORK = 2**31 - 4
 """round key -> the clients' local work (budgets, stragglers, dropout;
 :mod:`fedjax_sc.core.heterogeneity`), drawn once per round for all clients."""
+STEP = 2**31 - 5
+"""an epoch's key -> its local steps' loss keys: ``fold_in(fold_in(epoch, STEP), j)`` for
+step j (apart from the epoch's shuffle, which folds in the example indices)."""
 DP_NOISE = 2**31 - 2
 """a local step's key -> DP-SGD's Gaussian noise (a step key's own consumers use other
 constants; the value equals :data:`AP` but the parents differ)."""

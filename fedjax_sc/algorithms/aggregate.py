@@ -9,16 +9,18 @@ from fedjax_sc.algorithms.base import Params
 
 
 def example_weights(counts: jax.Array) -> jax.Array:
-    """FedAvg weights N^k / N.
+    """FedAvg weights N^k / N, or any non-negative weights normalised to sum to 1.
 
     Args:
-      counts: int ``[num_clients]``, N^k (0 for a client that takes no part).
+      counts: int or float ``[num_clients]``, N^k or unnormalised weights (0 for a client
+        that takes no part); float weights may sum to less than 1.
 
     Returns:
       float32 ``[num_clients]`` summing to 1 (all zeros if every count is 0).
     """
     c = counts.astype(jnp.float32)
-    return c / jnp.maximum(jnp.sum(c), 1.0)
+    total = jnp.sum(c)
+    return jnp.where(total > 0, c / jnp.where(total > 0, total, 1.0), 0.0)
 
 
 def weighted_mean(stacked: Params, weights: jax.Array) -> Params:

@@ -45,6 +45,10 @@ def keep_head(inputs: ServerInputs):
     """The server update that keeps the head the round started from: ``(params with the
     :data:`HEAD` leaves of ``inputs.previous``, inputs.state)``.
 
+    Args:
+      inputs: the round's :class:`~fedjax_sc.algorithms.base.ServerInputs` (the aggregate
+        in ``params``, the round's starting model in ``previous``).
+
     Raises:
       ValueError: the params hold no head leaf.
     """

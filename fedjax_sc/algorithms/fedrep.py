@@ -52,6 +52,10 @@ DEFAULT_HEAD_STEPS = 200
 def head_mask(params: Params, head: str) -> Params:
     """A bool pytree shaped as ``params``: True on the leaves whose path matches ``head``.
 
+    Args:
+      params: the model's params (a nested dict).
+      head: a regular expression searched in each leaf's ``/``-joined path (:data:`HEAD`).
+
     Raises:
       ValueError: ``head`` matches no leaf.
     """
@@ -75,6 +79,10 @@ def head_then_body(inner: optax.GradientTransformation, head: str,
       inner: the optimizer of the active part (e.g. ``client_sgd``).
       head: regex over leaf paths (``/``-joined), e.g. :data:`HEAD`.
       head_steps: tau_h >= 0 (0: the head never moves); a number or a traced scalar.
+
+    Returns:
+      An optax ``GradientTransformation``; its count rises by one at every update it is
+      given (a real local step), so the head trains at updates 0 .. tau_h - 1 of a round.
 
     Raises:
       ValueError: a negative ``head_steps``; at the first update, a ``head`` matching nothing.

@@ -79,8 +79,21 @@ def balanced_softmax(logits: jax.Array, labels: jax.Array, counts: jax.Array) ->
 
 
 def fedrod_loss(model: FedRoDClassifier):
-    """The FedRoD client loss (module docstring): aux ``accuracy`` (of g + p on the real rows),
-    ``generic_accuracy``, ``bsm`` and ``personal_ce`` (float32 scalars)."""
+    """The FedRoD client loss, L = L_BSM(g) + CE(sg(g) + p) of the module docstring (Chen and
+    Chao 2022; the balanced softmax of Ren et al. 2020 for the generic head g, the personal
+    head p trained by the cross-entropy of g + p).
+
+    Args:
+      model: the :class:`FedRoDClassifier` whose ``heads(tokens)`` gives the generic and
+        personal logits, float32 ``[B, C]`` each.
+
+    Returns:
+      ``loss(params, batch, rng, start) -> (value, aux)``: ``value`` the float32 scalar BSM +
+      CE, both masked means over the batch's real rows (labels int32 in [0, C)); the label
+      counts of the balanced softmax are the batch's (the module docstring says why); aux
+      ``accuracy`` (of g + p on the real rows), ``generic_accuracy``, ``bsm`` and
+      ``personal_ce`` (float32 scalars).
+    """
 
     def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
         del rng, start

@@ -51,12 +51,13 @@ def contrastive_loss(z: jax.Array, z_glob: jax.Array, z_prev: jax.Array, mask: j
       z_glob: the same for the global model.
       z_prev: the same for the previous local model.
       mask: bool ``[B]``, the batch's real examples.
-      temperature: tau > 0.
-      has_previous: float32 scalar, 1 where a previous model exists, 0 in a client's first
-        round (where the one-logit cross-entropy, and so the term, is 0).
+      temperature: tau > 0 (not checked here: :func:`model_contrastive` checks it; 0 gives
+        inf or nan).
+      has_previous: float32 scalar (or a Python number), 1 where a previous model exists, 0
+        in a client's first round (where the one-logit cross-entropy, and so the term, is 0).
 
     Returns:
-      float32 scalar.
+      float32 scalar (the cosines are computed in float32 whatever the features' dtype).
     """
     def norm(a):  # finite gradient at 0 too (a padding example's features)
         return jnp.sqrt(jnp.maximum(jnp.sum(a * a, -1), 1e-16))

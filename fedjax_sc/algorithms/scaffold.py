@@ -57,12 +57,14 @@ def control_variates(algorithm: Algorithm, learning_rate: hparams.Value,
     Args:
       algorithm: a stateless algorithm (its loss, upload and aggregator are kept); the
         variates cover its shared leaves (a private leaf is not corrected).
-      learning_rate: the step size of the client SGD the algorithm runs (eta, rho; the
-        tables' eta), read by option II.
-      momentum: its momentum.
-      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
+      learning_rate: eta_l, the step size of the client SGD the algorithm runs, which option
+        II divides by (the word-embedding tables use ``embedding_learning_rate``).
+      momentum: the client SGD's momentum rho (option II's K becomes the heavy-ball distance
+        :func:`momentum_steps`).
       num_clients: N (line 17's mean over every client).
       global_lr: eta_g (> 0); 1 keeps the aggregate as it is.
+      embedding_learning_rate: the client SGD's step size for the word embeddings (None:
+        ``learning_rate``).
 
     Returns:
       The :class:`Algorithm`; c and c_i are float32 pytrees shaped as the shared params.

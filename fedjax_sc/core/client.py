@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params, bind
 from fedjax_sc.core import copies
 from fedjax_sc.core.heterogeneity import LocalWork
-from fedjax_sc.core.local import epoch_schedule, local_steps, stream_batch
+from fedjax_sc.core.local import epoch_schedule, local_steps, step_key, stream_batch
 
 
 class RoundMetrics(NamedTuple):
@@ -49,9 +49,10 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
       copies made (:mod:`fedjax_sc.core.copies`), as the start params), which is
       returned for the algorithm's ``client_end`` hook;
       the metrics fields are scalars. The loss of epoch e, batch j gets the key
-      ``fold_in(fold_in(key, e), j)`` -- independent of padding too. With an active ``work``
-      (:mod:`fedjax_sc.core.heterogeneity`) the client runs the first ``budget`` (int32
-      scalar) steps of its stream of epochs, within a scan of ``work.scan_length`` steps.
+      :func:`~fedjax_sc.core.local.step_key` ``(key, e, j)`` -- independent of padding too.
+      With an active ``work`` (:mod:`fedjax_sc.core.heterogeneity`) the client runs the
+      first ``budget`` (int32 scalar) steps of its stream of epochs, within a scan of
+      ``work.scan_length`` steps.
     """
     opt = copies.freeze(algorithm.client_optimizer, algorithm.local_copies)
     hetero = work is not None and work.active
@@ -69,7 +70,7 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
 
         def step(params, inputs):
             i, m, e, j = stream_batch(key, mask, batch_size, inputs) if hetero else inputs
-            rng = jax.random.fold_in(jax.random.fold_in(key, e), j)
+            rng = step_key(key, e, j)
             return loss_and_grad(params, Batch(tokens[i], labels[i], m), rng)
 
         if hetero:

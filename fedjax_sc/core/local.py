@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedjax_sc import streams
 from fedjax_sc.algorithms.base import Params
 
 StepFn = Callable[[Params, Any], tuple[tuple[jax.Array, dict[str, jax.Array]], Params]]
@@ -74,6 +75,16 @@ def local_steps(loss_and_grad: StepFn, optimizer: optax.GradientTransformation,
                 keep_where(r, new_opt_state, opt_state)), (loss, aux)
 
     return jax.lax.scan(step, (params, opt_state), (inputs, real))
+
+
+def step_key(key: jax.Array, epoch: jax.Array, step: jax.Array) -> jax.Array:
+    """The key a client's loss gets at local step ``step`` (int32 scalar, the batch's index in
+    its epoch) of epoch ``epoch``: ``fold_in(fold_in(fold_in(key, epoch), streams.STEP),
+    step)`` for the client's round key ``key``, apart from the keys of the epoch's shuffle
+    (:func:`epoch_order` folds the example indices into ``fold_in(key, epoch)``), and, like
+    them, independent of the client's padding."""
+    epoch_key = jax.random.fold_in(key, epoch)
+    return jax.random.fold_in(jax.random.fold_in(epoch_key, streams.STEP), step)
 
 
 def epoch_order(key: jax.Array, mask: jax.Array) -> jax.Array:
@@ -133,8 +144,9 @@ def stream_batch(key: jax.Array, mask: jax.Array, batch_size: int, s: jax.Array
 
     Returns:
       ``(indices, batch_mask, epoch, batch)``: int32 and bool ``[B]``, and the int32 epoch e
-      and batch j of step s (e = s // ceil(N^k / B)), whose key is ``fold_in(fold_in(key, e),
-      j)`` as in the epoch plan. A client without examples gets an all-False mask.
+      and batch j of step s (e = s // ceil(N^k / B)), whose loss key is
+      :func:`step_key` ``(key, e, j)`` as in the epoch plan. A client without examples gets an
+      all-False mask.
     """
     n = mask.shape[0]
     count = jnp.sum(mask).astype(jnp.int32)

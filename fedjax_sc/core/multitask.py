@@ -8,10 +8,11 @@ same plan as the round (:func:`fedjax_sc.core.local.epoch_schedule`). Two step s
 (:data:`SCHEDULES`):
 
 * ``alternate`` (default): one domain's mini-batch per step, the domains' batches interleaved
-  in a fresh random order each epoch (each domain's own batches in their order) -- the training loop of Liu, Qiu and Huang's multi-task
-  text classifiers (pick a task, take a mini-batch of it, step), so an epoch is
-  ``sum_k ceil(N^k / B)`` steps and every step has one domain's gradient scale. The step
-  updates the shared leaves and that domain's private leaves.
+  in a fresh random order each epoch (each domain's own batches in their order) -- the
+  training loop of Liu, Qiu and Huang's multi-task text classifiers (pick a task, take a
+  mini-batch of it, step), so an epoch is ``sum_k ceil(N^k / B)`` steps and every step has
+  one domain's gradient scale. The step updates the shared leaves and that domain's private
+  leaves.
 * ``sum``: one step takes batch j of every domain under ``vmap`` and moves the shared leaves by
   the sum of the domains' gradients (K times fewer, K times larger steps: equal to
   ``alternate`` to first order, K times more parallel, but with momentum 0.9 a shared step is
@@ -34,7 +35,7 @@ import optax
 
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import MULTITASK_SCHEDULES, Algorithm, Batch, ClientStart
-from fedjax_sc.core.local import epoch_schedule, local_steps
+from fedjax_sc.core.local import epoch_schedule, local_steps, step_key
 from fedjax_sc.core.round import (
     ClientStates,
     RoundMetrics,
@@ -90,7 +91,7 @@ def build_multitask_round(algorithm: Algorithm, *, batch_size: int, local_epochs
         def client_loss(shared, private, private0, tokens, labels, i, m, e, j, key, k):
             start = ClientStart(masking.merge(state.params, private0), (), k)
             batch = Batch(tokens[i], labels[i], m)
-            rng = jax.random.fold_in(jax.random.fold_in(key, e), j)
+            rng = step_key(key, e, j)
             return algorithm.client_loss(masking.merge(shared, private), batch, rng, start)
 
         def total(both, i, m, e, j):

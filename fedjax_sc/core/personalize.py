@@ -31,7 +31,7 @@ from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, bind
 from fedjax_sc.core import copies, leaves, population
 from fedjax_sc.core.evaluate import example_hits, mean_accuracy
-from fedjax_sc.core.local import epoch_order, local_steps
+from fedjax_sc.core.local import epoch_order, local_steps, step_key
 from fedjax_sc.core.round import (
     ClientStates,
     ServerState,
@@ -231,7 +231,7 @@ def _member_phase(algorithm, optimizer, batch_size, num_evals, steps_per_eval,
             pos = j * batch_size + jnp.arange(batch_size)
             order = epoch_order(jax.random.fold_in(key, e), mask)
             idx = order[jnp.minimum(pos, mask.shape[0] - 1)]
-            rng = jax.random.fold_in(jax.random.fold_in(key, e), j)
+            rng = step_key(key, e, j)
             return loss_and_grad(work, Batch(tokens[idx], labels[idx], pos < count), rng)
 
         def chunk(carry, c):

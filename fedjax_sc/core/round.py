@@ -24,11 +24,11 @@ metrics)``:
    server; a client without steps keeps its state), and after the aggregation below its
    ``server_update`` hook sets the new global params and server state;
    each client keeps its private leaves (the new ``client_states``) and encodes its shared
-   ones (local copies left out) with the algorithm's upload transform; the server decodes every message, aggregates
-   them with weights N^k / N (or ``ClientData.weights``, normalised) and applies its server
-   update (the aggregate itself, or an optax step on the pseudo-gradient
-   ``params - aggregate``: FedOpt, :mod:`fedjax_sc.algorithms.fedopt`); the new model's
-   local copies are remade from the model the clients downloaded.
+   ones (local copies left out) with the algorithm's upload transform; the server decodes
+   every message, aggregates them with weights N^k / N (or ``ClientData.weights``,
+   normalised) and applies its server update (the aggregate itself, or an optax step on the
+   pseudo-gradient ``params - aggregate``: FedOpt, :mod:`fedjax_sc.algorithms.fedopt`); the
+   new model's local copies are remade from the model the clients downloaded.
 
 The round runs on whichever clients it is given: all N, or the M sampled for this round by
 :mod:`fedjax_sc.core.participation` (their data and private leaves gathered, the new private
@@ -314,7 +314,8 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
 
 def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
                 table_paths: tuple[tuple[str, ...], ...] | None = None,
-                work: LocalWork | None = None) -> Callable[[ServerState, ClientStates, ClientData, jax.Array],
+                work: LocalWork | None = None
+                ) -> Callable[[ServerState, ClientStates, ClientData, jax.Array],
                               tuple[ServerState, ClientStates, RoundMetrics]]:
     """The un-jitted round function (jit it, or use :func:`make_round_step`).
 
@@ -379,15 +380,16 @@ def check_clients(client_states: ClientStates, clients: ClientData) -> None:
 
 def make_round_step(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
                     table_paths: tuple[tuple[str, ...], ...] | None = None,
-                    donate: bool = False):
-    """``jax.jit`` of :func:`build_round`: the whole round is one compiled program.
+                    work: LocalWork | None = None, donate: bool = False):
+    """``jax.jit`` of :func:`build_round` (the same arguments, ``work`` included): the whole
+    round is one compiled program.
 
     It compiles once per run (the shapes of the states and client data are fixed);
     ``donate=True`` lets XLA reuse the old states' buffers for the new ones (the caller must
     not use the old states afterwards).
     """
     fn = build_round(algorithm, batch_size=batch_size, local_epochs=local_epochs,
-                     table_paths=table_paths)
+                     table_paths=table_paths, work=work)
     return jax.jit(fn, donate_argnums=(0, 1) if donate else ())
 
 

@@ -18,6 +18,16 @@ def test_weights_are_proportional_to_counts_and_sum_to_one(counts):
     np.testing.assert_allclose(w, np.asarray(counts) / sum(counts), rtol=1e-5)
 
 
+@settings(max_examples=12, deadline=None)
+@given(st.lists(st.floats(0.0, 2.0), min_size=1, max_size=20).filter(lambda w: sum(w) > 1e-3))
+def test_float_weights_summing_below_one_are_normalised_too(weights):
+    """Unnormalised float weights (``ClientData.weights``) become shares summing to 1, also
+    when they sum to less than 1, so dense leaves and tables are averaged alike."""
+    w = np.asarray(example_weights(jnp.asarray(weights, jnp.float32)))
+    np.testing.assert_allclose(w, np.asarray(weights) / sum(weights), rtol=1e-5, atol=1e-7)
+    assert not np.any(np.asarray(example_weights(jnp.zeros(3))))
+
+
 @settings(max_examples=8, deadline=None)
 @given(k=st.integers(1, 6), n=st.integers(1, 5))
 def test_averaging_identical_clients_is_the_identity(k, n):

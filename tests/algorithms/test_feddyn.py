@@ -1,13 +1,17 @@
-"""FedDyn on the algorithm hooks: its closed form on one client, the server's mean over every
-client, exact local-vocabulary training, and a client that sits a round out keeping its state."""
+"""FedDyn on the algorithm hooks: its closed form on one client, the local step's gradient and
+both hooks with a state that is not zero (the linear term, h_k's sum, the server's H), exact
+local-vocabulary training, and a client that sits a round out keeping its state."""
 
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedjax_sc.algorithms import feddyn
+from fedjax_sc.algorithms.base import Batch, ClientEnd, ClientStart, ServerInputs
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.core import round as rnd
 from fedjax_sc.data.client_data import client_data
@@ -40,6 +44,58 @@ def test_one_round_is_the_closed_form(dyn, model, scene, rounds):
     weights = np.asarray(data.counts, np.float32) / np.sum(data.counts)
     aggregate = jax.tree.map(lambda y: jnp.tensordot(weights, y, axes=1), shared)
     chex.assert_trees_all_close(state.params, jax.tree.map(jnp.add, aggregate, mean_h),
+                                atol=1e-6)
+
+
+def _random_like(tree, seed):
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(lambda x: jnp.asarray(rng.normal(size=x.shape), x.dtype), tree)
+
+
+@settings(deadline=None, max_examples=10)
+@given(st.floats(0.01, 1.0), st.integers(0, 2**31 - 1))
+def test_a_local_step_follows_the_dynamic_gradient(model, alpha, seed):
+    """grad = grad L_k(theta) + alpha h_k + alpha (theta - theta^{t-1}) for any h_k (Algorithm
+    1, line 7: -grad L_k(theta_k^{t-1}) = alpha h_k), and the aux's term is the added value."""
+    params = init_params(model, jax.random.key(0))
+    h, anchor = _random_like(params, seed), _random_like(params, seed + 1)
+    rng = np.random.default_rng(seed)
+    batch = Batch(jnp.asarray(rng.integers(1, model.vocab_size, (3, 5)), jnp.int32),
+                  jnp.asarray([0, 1, 1], jnp.int32), jnp.ones(3, bool))
+    grad = lambda loss, start: jax.jit(jax.value_and_grad(loss, has_aux=True))(
+        params, batch, jax.random.key(0), start)
+    dyn = feddyn.dynamic_regularizer(fedavg(model), 3, alpha)
+    (value, aux), got = grad(dyn.client_loss, ClientStart(anchor, state=h))
+    (plain, _), want = grad(fedavg(model).client_loss, ClientStart(anchor))
+    term = alpha * sum(jnp.vdot(a, p) + 0.5 * jnp.sum((p - b) ** 2) for a, p, b in zip(
+        jax.tree.leaves(h), jax.tree.leaves(params), jax.tree.leaves(anchor)))
+    assert float(aux["dynamic"]) == pytest.approx(float(term), rel=1e-4)
+    assert float(value) == pytest.approx(float(plain + term), rel=1e-4)
+    chex.assert_trees_all_close(got, jax.tree.map(
+        lambda g, hk, p, a: g + alpha * hk + alpha * (p - a), want, h, params, anchor),
+        atol=1e-4, rtol=1e-4)
+
+
+def test_the_hooks_accumulate_a_state_that_is_not_zero(model):
+    """client_end: h_k <- h_k + (theta_k - theta^{t-1}), the update sent; server_update:
+    H <- H + (1/N) sum over the participants of the updates, theta^t = aggregate + H (Algorithm
+    1, lines 8-11 with H = -h / alpha)."""
+    dyn = feddyn.dynamic_regularizer(fedavg(model), 4, 0.1)
+    params = init_params(model, jax.random.key(0))
+    x, y, h = (_random_like(params, s) for s in (1, 2, 3))
+    state, sent = dyn.hooks.client_end(ClientEnd(ClientStart(x, state=h), y, jnp.int32(3)))
+    chex.assert_trees_all_close(sent, jax.tree.map(jnp.subtract, y, x), atol=1e-6)
+    chex.assert_trees_all_close(state, jax.tree.map(lambda a, b, c: a + b - c, h, y, x),
+                                atol=1e-6)
+    big_h, aggregate = _random_like(params, 4), _random_like(params, 5)
+    updates = jax.tree.map(lambda u: jnp.stack([u, 2 * u, 3 * u]), _random_like(params, 6))
+    taking_part = jnp.asarray([True, False, True])
+    reduce = lambda tree, w: jax.tree.map(lambda t: jnp.tensordot(w, t, axes=1), tree)
+    new_params, new_h = dyn.hooks.server_update(ServerInputs(
+        aggregate, x, big_h, updates, jnp.asarray([0.5, 0.0, 0.5]), taking_part, reduce))
+    want_h = jax.tree.map(lambda a, u: a + (u[0] + u[2]) / 4, big_h, updates)
+    chex.assert_trees_all_close(new_h, want_h, atol=1e-6)
+    chex.assert_trees_all_close(new_params, jax.tree.map(jnp.add, aggregate, want_h),
                                 atol=1e-6)
 
 

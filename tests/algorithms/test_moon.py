@@ -61,17 +61,51 @@ def test_local_vocabulary_training_is_exact(model, scene, rounds):
 def test_the_contrastive_loss_is_eq_1(batch, dim, temperature, seed):
     """l_con = -log softmax([cos(z, z_glob), cos(z, z_prev)] / tau)[0], over real examples;
     z = z_glob and z_prev = -z gives log(1 + exp(-2 / tau)); no previous model gives 0."""
-    z, g, p = np.random.default_rng(seed).normal(size=(3, batch, dim)).astype(np.float32)
-    mask = np.ones(batch, bool)
+    rng = np.random.default_rng(seed)
+    z, g, p = rng.normal(size=(3, batch, dim)).astype(np.float32)
+    mask = rng.random(batch) < 0.7
+    mask[0] = True  # at least one real example; the padding rows must not count
     cos = lambda a, b: np.sum(a * b, -1) / (np.linalg.norm(a, axis=-1) *
                                             np.linalg.norm(b, axis=-1))
     logits = np.stack([cos(z, g), cos(z, p)], -1) / temperature
-    expected = np.mean(np.log(np.exp(logits).sum(-1)) - logits[:, 0])
+    expected = np.mean((np.log(np.exp(logits).sum(-1)) - logits[:, 0])[mask])
     got = moon.contrastive_loss(z, g, p, mask, temperature, jnp.float32(1))
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(moon.contrastive_loss(z, z, -z, mask, temperature, 1.0),
+    np.testing.assert_allclose(moon.contrastive_loss(z, z, -z, np.ones(batch, bool),
+                                                     temperature, 1.0),
                                np.log1p(np.exp(-2 / temperature)), rtol=1e-4, atol=2e-6)
     assert float(moon.contrastive_loss(z, g, p, mask, temperature, jnp.float32(0))) == 0.0
+
+
+def test_the_loss_adds_mu_times_the_term_on_its_three_models(model):
+    """The loss wires Eq. 1 to the right models: the local model's features against the
+    downloaded global model's (positive) and the client's previous model's (negative), both
+    frozen; value, aux and gradient are CE + mu l_con, on a batch with a padding row."""
+    from fedjax_sc.algorithms.base import Batch, ClientStart
+    from fedjax_sc.models.text_classifier import init_params
+    mu, tau = 0.7, 0.5
+    local, start, previous = (init_params(model, jax.random.key(s)) for s in (1, 2, 3))
+    rng = np.random.default_rng(0)
+    batch = Batch(jnp.asarray(rng.integers(1, model.vocab_size, (4, 6)), jnp.int32),
+                  jnp.asarray([0, 1, 1, 0], jnp.int32), jnp.asarray([True, True, True, False]))
+    features = lambda p: model.apply({"params": p}, batch.tokens, method=model.features)
+    algorithm = moon.model_contrastive(fedavg(model, LR, 0.9), mu=mu, temperature=tau)
+    state = (previous, jnp.float32(1))
+    (value, aux), grad = jax.value_and_grad(algorithm.client_loss, has_aux=True)(
+        local, batch, jax.random.key(0), ClientStart(start, state=state))
+    base = fedavg(model, LR, 0.9).client_loss
+    (plain, _), plain_grad = jax.value_and_grad(base, has_aux=True)(
+        local, batch, jax.random.key(0), ClientStart(start))
+    term = lambda p: moon.contrastive_loss(features(p), features(start), features(previous),
+                                           batch.mask, tau, jnp.float32(1))
+    assert float(aux["contrastive"]) == pytest.approx(float(term(local)), rel=1e-5)
+    assert float(value) == pytest.approx(float(plain + mu * term(local)), rel=1e-5)
+    chex.assert_trees_all_close(grad, jax.tree.map(lambda a, b: a + mu * b, plain_grad,
+                                                   jax.grad(term)(local)), atol=1e-5)
+    # the previous model equal to the global one: both cosines equal, l_con = log 2
+    same = algorithm.client_loss(local, batch, jax.random.key(0),
+                                 ClientStart(start, state=(start, jnp.float32(1))))[1]
+    assert float(same["contrastive"]) == pytest.approx(np.log(2.0), rel=1e-5)
 
 
 def test_bad_settings_are_refused(model):

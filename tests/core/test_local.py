@@ -10,7 +10,7 @@ import optax
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedjax_sc.core.local import epoch_schedule, keep_where, local_steps
+from fedjax_sc.core.local import epoch_schedule, keep_where, local_steps, step_key
 
 
 def _quadratic(params, target):
@@ -65,3 +65,16 @@ def test_each_epoch_visits_every_real_example_once(n, real, batch, epochs, seed)
         np.testing.assert_array_equal(np.sort(visited), np.arange(real))
 
 
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), epoch=st.integers(0, 3))
+def test_a_step_key_is_no_key_of_the_epochs_shuffle(seed, epoch):
+    """A loss that draws from its key directly (dropout, say) draws nothing the shuffle drew:
+    step j's key differs from example j's key in the same epoch, and the steps' keys differ."""
+    key = jax.random.key(seed)
+    epoch_key = jax.random.fold_in(key, epoch)
+    data = lambda k: tuple(np.asarray(jax.random.key_data(k)).ravel())
+    shuffle = {data(jax.random.fold_in(epoch_key, i)) for i in range(16)}
+    steps = {data(step_key(key, jnp.int32(epoch), jnp.int32(j))) for j in range(16)}
+    assert len(steps) == 16 and not steps & shuffle
