@@ -25,7 +25,9 @@ the outer step uses the client SGD with momentum, and the server weighs clients 
 (the paper and FL-bench average the sampled clients uniformly). Ap, the library's fine-tuning
 phase from the global model on the client's training data, is Per-FedAvg's personalisation
 ("one or a few steps of gradient descent" from the meta-model, the abstract), with the library's
-steps and learning rate, not one step of size alpha. alpha = 0 is FedAvg on D' exactly.
+steps and learning rate, not one step of size alpha. alpha = 0 is FedAvg on D' exactly. A
+short last batch whose D' gets no real row (one real row for FO, at most two for HF) gives a
+zero outer gradient and loss; the step still counts, so momentum moves w by its buffer.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ DEFAULT_VARIANT = "fo"
 
 
 def part(batch: Batch, index: int, parts: int) -> Batch:
-    """Rows ``index, index + parts, ...`` of ``batch`` (``[ceil((B - index) / parts)]``)."""
+    """Rows ``index, index + parts, ...`` of ``batch`` (``[ceil((B - index) / parts)]``); a
+    part of a short batch may hold no real row (its mask all False)."""
     return Batch(*(x[index::parts] for x in batch))
 
 

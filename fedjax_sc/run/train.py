@@ -328,8 +328,8 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
                 who = (names[idx[k]] if feed.num_clients == scene.num_clients
                        else "all clients pooled")
                 error = (f"round {r}: client {int(idx[k])} ({who}) produced a non-finite update "
-                         f"(mean local loss {float(m.train_loss[k])}); nothing was aggregated "
-                         f"or saved. Try a smaller --lr.")
+                         f"(mean local loss {float(m.train_loss[k])}); round {r} was not "
+                         f"saved (the folder keeps the last checkpoint). Try a smaller --lr.")
                 if size == 1:
                     raise NonFiniteUpdateError(error)
                 say[i](f"{error} This member stops; the others go on.")
