@@ -3,8 +3,8 @@
 # stopped (rerun this script; a finished step is skipped): the HSIC-normalisation experiment's
 # 10-round populations, Table 4's lambda1 = lambda2 = 0 cell for 10 rounds, the whole-table
 # KTEPS* bands and the row-wise ones for 10 rounds, then Tables 4, 8 and 7 at the paper's 50
-# rounds (seed 0) with the Ap-length experiment after Table 4's default cell. docs/results.md
-# reads them.
+# rounds (seed 0) with the Ap-length and decayed-LR experiments after Table 4's default cell.
+# docs/results.md reads them.
 #
 #   git clone . ~/fedjax_runs/queue-code   # run from a clone: edits to the work tree
 #   cd ~/fedjax_runs/queue-code             # must not reach a run that is going
@@ -56,6 +56,12 @@ if [ -f "$B/report.json" ]; then  # its rounds copied into each member's folder
   step ap-length "$R/exp-ap-length" train --from-run "$B" --grid ap_lr_mult=0.01,1 \
     --seeds 0 --ap-steps 200 --out "$R/exp-ap-length"
 fi
+# The decayed aggregation LR (Table 5's cliff at mu = 1, the second reading; the Ap phase's
+# length alone left Ap_t at mu = 1 within 84.6-85.2 over 5,000 steps): KTEPS trained with its
+# LR decayed tenfold over the 50 rounds (x 0.955 a round), Ap at mu = 0.01, 0.1 and 1 (the
+# members differ only in mu: one training, three Ap phases).
+step lr-decay "$R/exp-lr-decay" train $DATA --algorithm kteps --lr-schedule exponential:0.955 \
+  --grid ap_lr_mult=0.01,0.1,1 --seeds 0 --out "$R/exp-lr-decay"
 step t4 "$R/reproduce-table4" reproduce table4 $DATA $ONE --out "$R/reproduce-table4"
 step t8 "$R/reproduce-table8" reproduce table8 $DATA $ONE --out "$R/reproduce-table8"
 step t7 "$R/reproduce-table7" reproduce table7 $DATA $ONE \
