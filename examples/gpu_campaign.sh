@@ -15,7 +15,9 @@
 # Steps: TABLE (every cell of table4, table7 or table8), TABLE:RUN,RUN (those cells: the run
 # names of `fedjax-sc reproduce`), beyond:METHOD,METHOD@SEED (`train --algorithm METHOD`, seed
 # 0 or SEED, the paper's settings; FedRep with 25 head steps, from results/fdu/beyond.md's
-# grid; folders beyond50/METHOD and beyond50/METHOD-seedSEED).
+# grid; folders beyond50/METHOD and beyond50/METHOD-seedSEED), lr-decay (docs/results.md's
+# decayed-LR experiment on Table 5's cliff: KTEPS, LR decayed tenfold over the rounds, Ap at
+# mu 0.01, 0.1 and 1; folder exp-lr-decay).
 # Each reproduce step, and each method of a beyond step, is one job; PARALLEL=N runs N jobs
 # at once (an FDU round left an H200 idle 96 % of its time, bound by kernel launches,
 # docs/benchmarks.md: processes side by side may fill it; not measured yet). A job gets what
@@ -74,7 +76,12 @@ for step in "$@"; do
         launch "beyond-$dir" "$PY" -m fedjax_sc.run.cli train "${DATA[@]}" --algorithm "$m" \
           --seed "$seed" "${extra[@]}" --out "$WORK/beyond50/$dir" "${TINY_ARGS[@]}"
       done ;;
-    *) echo "unknown step $step (table4, table7, table8, beyond:METHOD,...)"; exit 2 ;;
+    lr-decay)
+      extra=(); [ -e "$WORK/exp-lr-decay" ] && extra=(--resume)
+      launch lr-decay "$PY" -m fedjax_sc.run.cli train "${DATA[@]}" --algorithm kteps \
+        --lr-schedule exponential:0.955 --grid ap_lr_mult=0.01,0.1,1 --seeds 0 "${extra[@]}" \
+        --out "$WORK/exp-lr-decay" "${TINY_ARGS[@]}" ;;
+    *) echo "unknown step $step (table4, table7, table8, beyond:METHOD,..., lr-decay)"; exit 2 ;;
   esac
 done
 wait
