@@ -62,3 +62,30 @@ def test_works_under_vmap_like_the_client_axis():
     grad = lambda f: jax.jit(jax.vmap(jax.grad(
         lambda p, w: jnp.sum(f(p, mask[0], w, b[0]) ** 2), argnums=(0, 1))))(proj, w)
     chex.assert_trees_all_close(grad(gru_recurrence), grad(_reference), atol=1e-4)
+
+
+def test_bfloat16_keeps_its_state_in_float32_over_200_steps():
+    """Mixed precision: bfloat16 operands, the state and its cotangent carried in float32. Over
+    the paper's 200 steps the states stay within 0.006 of float32's and the gradients within
+    0.5 % (a bfloat16 carry drifted to 0.011 and 0.8 %); the outputs keep the inputs' dtype."""
+    t, d, b, h = 200, 2, 8, 64
+    k = jax.random.split(jax.random.key(0), 3)
+    proj = jax.random.normal(k[0], (t, d, b, 3 * h)) * 0.5
+    mask = jnp.ones((t, d, b, 1))
+    w = jax.random.normal(k[1], (d, h, 3 * h)) / jnp.sqrt(h)
+    bias = jax.random.normal(k[2], (d, 3 * h)) * 0.1
+    bf = lambda x: x.astype(jnp.bfloat16)
+
+    def loss(p, w):
+        s = gru_recurrence(p, mask.astype(p.dtype), w, bias.astype(p.dtype))
+        return jnp.sum(s.astype(jnp.float32) ** 2)
+
+    low = gru_recurrence(bf(proj), bf(mask), bf(w), bf(bias))
+    assert low.dtype == jnp.bfloat16
+    error = jnp.abs(low.astype(jnp.float32) - gru_recurrence(proj, mask, w, bias))
+    assert float(jnp.max(error)) < 6e-3
+    grads = jax.grad(loss, argnums=(0, 1))(bf(proj), bf(w))
+    assert all(g.dtype == jnp.bfloat16 for g in grads)
+    for got, want in zip(grads, jax.grad(loss, argnums=(0, 1))(proj, w)):
+        rel = jnp.linalg.norm(got.astype(jnp.float32) - want) / jnp.linalg.norm(want)
+        assert float(rel) < 5e-3
