@@ -4,9 +4,9 @@ A run has one root seed. JAX keys: ``root = jax.random.key(seed)`` is split into
 initial parameters and the training key; round r uses ``fold_in(training key, r)``, client k
 ``fold_in(round key, k)``, its epoch e ``fold_in(client key, e)`` (example i's place in the
 epoch's shuffle from ``fold_in(epoch key, i)``) and the loss of its step j
-``fold_in(fold_in(epoch key, STEP), j)``. The
-constants below separate the other streams from those (``jax.random.fold_in(parent, STREAM)``)
-so that no two consumers ever share a key. NumPy generators (host-side data work) are seeded
+``fold_in(fold_in(epoch key, STEP), j)``. The constants below separate the other streams
+from those (``jax.random.fold_in(parent, STREAM)``) so that no two consumers ever share a
+key. NumPy generators (host-side data work) are seeded
 with ``np.random.default_rng([seed, STREAM, ...])``.
 """
 
