@@ -18,8 +18,7 @@ Gate equations (PyTorch ``nn.GRU``): with ``x = proj[t]`` (input projection incl
 
 Mixed precision: with bfloat16 inputs the matmuls take bfloat16 operands, and the state h
 (forward) and its cotangent (backward) are carried through the T steps in float32; only the
-returned states are rounded to the inputs' dtype. For float32
-inputs every cast is a no-op.
+returned states are rounded to the inputs' dtype. For float32 inputs every cast is a no-op.
 """
 
 from __future__ import annotations
