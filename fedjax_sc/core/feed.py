@@ -164,12 +164,14 @@ class PopulationFeed:
         if not jax.tree.leaves(private):
             return
         rows = sharding.to_host(private)  # gathered from every process's devices
-        # Fresh copies (scatter and stack copy), never written in place: a checkpoint being
-        # saved may still read the arrays of the last round.
-        members = [self._member(self.private, i) for i in range(len(idxs))]
-        self.private = self._stack([
-            participation.scatter(old, idx, self._member(rows, i)) if keep[i] else old
-            for i, (old, idx) in enumerate(zip(members, idxs))])
+        # One fresh copy of every member's states, written in place: the arrays of the last
+        # round are never written (a checkpoint being saved may still read them), and the
+        # host holds at most two copies (a round-0 view becomes its own array here).
+        fresh = jax.tree.map(lambda x: np.array(x, copy=True), self.private)
+        for i, idx in enumerate(idxs):
+            if keep[i]:
+                participation.write(self._member(fresh, i), idx, self._member(rows, i))
+        self.private = fresh
 
     def member_private(self, i: int) -> Any:
         """Member ``i``'s private leaves ``[N, ...]`` (device arrays when resident, else

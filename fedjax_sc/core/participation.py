@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sc import streams
@@ -87,12 +88,18 @@ def scatter(tree: Any, idx: np.ndarray, rows: Any) -> Any:
     ``rows`` may have more rows than ``idx`` (padding clients added for the device mesh):
     only the first ``len(idx)`` are written.
     """
-    def put(x, r):
-        x = np.array(x, copy=True)
-        x[idx] = np.asarray(r)[: len(idx)]
-        return x
+    fresh = jax.tree.map(lambda x: np.array(x, copy=True), tree)
+    write(fresh, idx, rows)
+    return fresh
 
-    return jax.tree.map(put, tree, rows)
+
+def write(tree: Any, idx: np.ndarray, rows: Any) -> None:
+    """Writes ``rows`` into rows ``idx`` of every leaf of ``tree`` in place (writable host
+    NumPy; only the first ``len(idx)`` rows of ``rows``, as :func:`scatter`)."""
+    def put(x, r):
+        x[idx] = np.asarray(r)[: len(idx)]
+
+    jax.tree.map(put, tree, rows)
 
 
 def pad_clients(tree: Any, multiple: int) -> tuple[Any, int]:
@@ -196,3 +203,25 @@ def round_data(data, idx: np.ndarray, sampling: str, multiple: int):
             vm[real:] = False
             data = data._replace(vocab_mask=vm)
     return data
+
+
+def broadcast_clients(tree: Any, num_clients: int, *, axis: int = 0,
+                      host: bool = False) -> Any:
+    """Every leaf of one client's ``tree`` repeated on a new client axis of ``num_clients``
+    inserted at ``axis`` (1 for a population's ``[P, ...]`` leaves: ``[P, N, ...]``).
+
+    ``host=True`` gives read-only NumPy views (``np.broadcast_to``: no memory per client; a
+    client's rows become their own array when first written, as
+    :func:`scatter` copies); otherwise ``jnp.broadcast_to``,
+    which materialises ``[N, ...]`` (traceable under ``jax.vmap``).
+    """
+    def put(x):
+        if host:
+            x = np.asarray(x)
+            return np.broadcast_to(np.expand_dims(x, axis),
+                                   x.shape[:axis] + (num_clients,) + x.shape[axis:])
+        x = jnp.asarray(x)
+        return jnp.broadcast_to(jnp.expand_dims(x, axis),
+                                x.shape[:axis] + (num_clients,) + x.shape[axis:])
+
+    return jax.tree.map(put, tree)

@@ -29,6 +29,7 @@ import numpy as np
 
 from fedjax_sc.algorithms.base import Algorithm, Params
 from fedjax_sc.core import central
+from fedjax_sc.core.participation import broadcast_clients
 from fedjax_sc.core.round import ClientStates, ServerState, build_round, init_states
 from fedjax_sc.data.client_data import ClientData
 
@@ -101,15 +102,19 @@ def init_population(build: Builder, init_params: Callable[[jax.Array], Params],
     return init_from_params(build, jax.vmap(init_params)(keys), hparams, num_clients)
 
 
-def init_from_params(build: Builder, params: Params, hparams: HParams, num_clients: int
-                     ) -> tuple[ServerState, ClientStates]:
+def init_from_params(build: Builder, params: Params, hparams: HParams, num_clients: int, *,
+                     host: bool = False) -> tuple[ServerState, ClientStates]:
     """Round-0 states of every member from their initial parameters ``params`` (stacked
-    ``[P, ...]``, e.g. each member's GloVe-initialised model), stacked ``[P, ...]``."""
+    ``[P, ...]``, e.g. each member's GloVe-initialised model), stacked ``[P, ...]``; the
+    client states ``[P, N, ...]`` are read-only NumPy views with ``host=True`` (see
+    :func:`~fedjax_sc.core.round.init_states`)."""
 
     def one(p, values):
-        return init_states(build(values), p, num_clients)
+        return init_states(build(values), p, 1)
 
-    return jax.vmap(one)(params, dict(hparams))
+    state, clients = jax.vmap(one)(params, dict(hparams))
+    first = jax.tree.map(lambda x: x[:, 0], clients)
+    return state, broadcast_clients(first, num_clients, axis=1, host=host)
 
 
 def build_population_round(build: Builder, *, batch_size: int, local_epochs: int,
@@ -216,5 +221,7 @@ def as_values(hparams: HParams, i: int) -> dict[str, float]:
 
 
 def stack(trees: Sequence[Any]) -> Any:
-    """Stacks same-structured pytrees on a new leading member axis."""
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+    """Stacks same-structured pytrees on a new leading member axis (NumPy where every
+    member's leaf is NumPy: host states stay on the host)."""
+    return jax.tree.map(lambda *xs: (np.stack(xs) if all(isinstance(x, np.ndarray) for x in xs)
+                                     else jnp.stack(xs)), *trees)

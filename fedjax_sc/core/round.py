@@ -81,6 +81,7 @@ from fedjax_sc.core.leaves import (  # noqa: F401 (re-exported)
     scatter_table_rows,
 )
 from fedjax_sc.core.local import keep_where
+from fedjax_sc.core.participation import broadcast_clients
 from fedjax_sc.data.client_data import ClientData
 from fedjax_sc.data.vocab import PAD
 
@@ -393,11 +394,20 @@ def make_round_step(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
     return jax.jit(fn, donate_argnums=(0, 1) if donate else ())
 
 
-def init_states(algorithm: Algorithm, params: Params,
-                num_clients: int) -> tuple[ServerState, ClientStates]:
+def init_states(algorithm: Algorithm, params: Params, num_clients: int, *,
+                host: bool = False) -> tuple[ServerState, ClientStates]:
     """Round-0 states: the shared leaves go to the server (with the server optimizer's and the
     upload transform's initial states), every client starts its private leaves from the same
     initial values (the algorithm's local copies made).
+
+    Args:
+      algorithm: the algorithm (its leaf rules, local copies, hooks and upload transform).
+      params: the model's initial params (one model, no client axis).
+      num_clients: N, the leading axis of every client leaf.
+      host: build the client states as read-only NumPy views of one client's values
+        (:func:`~fedjax_sc.core.participation.broadcast_clients`: no memory per client, nothing ``[N, ...]`` on a device),
+        for a run whose client states live on the host (partial participation; the
+        checkpoint restore's template). Default: device arrays ``[N, ...]``.
 
     Raises:
       ValueError: ``num_clients`` < 1, or the algorithm's ``leaf_rules`` do not cover the
@@ -407,16 +417,14 @@ def init_states(algorithm: Algorithm, params: Params,
         raise ValueError(f"num_clients must be an int >= 1, got {num_clients!r}")
     shared, private = split_private(algorithm, copies.make_copies(params,
                                                                  algorithm.local_copies))
-    stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_clients,) + x.shape), private)
     sent = copies.without_copies(shared, algorithm.local_copies)
     opt_state = (() if algorithm.server_optimizer is None
                  else algorithm.server_optimizer.init(sent))
     hooks = algorithm.hooks
-    own = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_clients,) + jnp.shape(x)),
-                       hooks.client_init(sent))
+    one = ClientStates(private, hooks.client_init(sent))
     return (ServerState(shared, jnp.zeros((), jnp.int32), opt_state,
                         algorithm.upload.init(sent), hooks.server_init(sent)),
-            ClientStates(stacked, own))
+            broadcast_clients(one, num_clients, host=host))
 
 
 def split_private(algorithm: Algorithm, params: Params) -> tuple[Params, Params]:

@@ -106,8 +106,10 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
             f"random vectors")
     root = jax.random.key(c.seed)
     init_key, train_key = jax.random.split(root)
+    # the clients' states as host views of one client's: a template (the run's feed places
+    # them, a checkpoint restores into them), never N copies on a device
     state, client_states = init_states(algorithm, init_params(algorithm.model, init_key, matrix),
-                                       scene.num_clients)
+                                       scene.num_clients, host=True)
     global_private = jax.tree.map(lambda x: x[0], client_states.private)
     return Setup(algorithm, state, client_states, root, train_key, global_private, work)
 
@@ -173,7 +175,7 @@ def tree_digest(tree: Any) -> str:
     for path, leaf in jax.tree_util.tree_flatten_with_path(to_host(tree))[0]:
         a = np.ascontiguousarray(leaf)
         h.update(f"{jax.tree_util.keystr(path)}|{a.dtype}|{a.shape}|".encode())
-        h.update(a.tobytes())
+        h.update(a.reshape(-1).view(np.uint8))  # the bytes, not copied
     return h.hexdigest()
 
 

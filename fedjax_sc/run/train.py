@@ -205,7 +205,7 @@ def _prepare(cs: list[TrainConfig], log: Callable[[str], None], checked: process
     build = population_builder(c, scene, members.TRACED)
     state, client_states = population.init_from_params(
         build, population.stack([global_params(s, s.state.params) for s in setups]), hparams,
-        scene.num_clients)
+        scene.num_clients, host=True)  # the feed places them on the devices or keeps them
     keys = jnp.stack([s.train_key for s in setups])
     if len(cs) > 1:
         log(f"population of {len(cs)} members in one program"

@@ -152,3 +152,22 @@ def test_an_unknown_member_axis_is_refused():
     with pytest.raises(ValueError, match="member_axis 'pmap'"):
         pop.build_population_round(lambda h: None, batch_size=4, local_epochs=1,
                                    member_axis="pmap")
+
+
+def test_host_client_states_equal_the_device_ones(scene):
+    """``init_from_params(host=True)``: every member's client states ``[P, N, ...]`` as
+    read-only NumPy views (stride 0 on the client axis), equal to the device ones."""
+    single, _ = _models(scene)
+    keys = jax.random.split(jax.random.key(0), 2)
+    params = jax.vmap(lambda k: init_params(single, k))(keys)
+    build = lambda h: fedper(single, h["lr"])  # noqa: E731
+    hp = {"lr": np.asarray([0.1, 0.2], np.float32)}
+    dev_state, dev = pop.init_from_params(build, params, hp, scene.num_clients)
+    host_state, host = pop.init_from_params(build, params, hp, scene.num_clients, host=True)
+    chex.assert_trees_all_equal(dev_state, host_state)
+    chex.assert_trees_all_equal(jax.device_get(dev), host)
+    for leaf in jax.tree.leaves(host):
+        assert isinstance(leaf, np.ndarray) and leaf.shape[:2] == (2, scene.num_clients)
+        assert leaf.strides[1] == 0 and not leaf.flags.writeable
+    for leaf in jax.tree.leaves(pop.stack([pop.member(host, 0), pop.member(host, 1)])):
+        assert isinstance(leaf, np.ndarray)  # host states stay on the host when stacked

@@ -13,7 +13,7 @@ from fedjax_sc.core import round as rnd
 from fedjax_sc.core.local import epoch_schedule
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.data.scenes import synthetic_scene
-from fedjax_sc.models.text_classifier import init_params
+from fedjax_sc.models.text_classifier import TextClassifier, init_params
 
 
 @pytest.fixture(scope="module")
@@ -289,3 +289,23 @@ def test_every_algorithm_compiles_once_and_keeps_private_leaves_per_client(scene
     vectors = np.asarray(clients.private["user"]["vector"])
     assert not np.allclose(vectors[0], vectors[1])  # each client has its own
     assert (alg.global_predict is None) == (name in ("fedper", "lg_fedavg", "indiv", "fedrep"))
+
+
+def test_host_client_states_are_views_equal_to_the_device_ones(scene):
+    """``host=True`` builds the same round-0 client states as read-only NumPy views (no memory
+    per client: stride 0 on the client axis), for private leaves and an algorithm's own state
+    shaped as the word table (SCAFFOLD's c_i)."""
+    from fedjax_sc.algorithms.fedper import fedper
+    from fedjax_sc.algorithms.scaffold import scaffold
+    model = TextClassifier(vocab_size=len(scene.vocab), embed_dim=8, hidden=4, mlp_hidden=6)
+    params = init_params(model, jax.random.key(0))
+    for alg in (fedper(model), scaffold(model, scene.num_clients)):
+        dev_state, dev = rnd.init_states(alg, params, scene.num_clients)
+        host_state, host = rnd.init_states(alg, params, scene.num_clients, host=True)
+        chex.assert_trees_all_equal(dev_state, host_state)
+        chex.assert_trees_all_equal(jax.device_get(dev), host)
+        leaves = jax.tree.leaves(host)
+        assert leaves
+        for leaf in leaves:
+            assert isinstance(leaf, np.ndarray) and not leaf.flags.writeable
+            assert leaf.shape[0] == scene.num_clients and leaf.strides[0] == 0
