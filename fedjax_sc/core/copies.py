@@ -9,7 +9,7 @@ module names of its params. The round then treats them as follows
 * a client that starts training (a round, or the Ap phase's fine-tuning) sets each copy to its
   source as it holds it then (:func:`make_copies`); so does the server at round 0;
 * local training never moves a copy (:func:`freeze`: zero updates, whatever the gradient --
-  DP-SGD's noise, a weight decay);
+  DP-SGD's noise, a weight decay -- and no optimizer state);
 * a copy is never sent: the server knows it already, it is what every client downloaded, so
   the upload, its compression and noise, the aggregation and the server optimizer see the
   params without copies (:func:`without_copies`), and the new global model's copies are the
@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import jax
-import jax.numpy as jnp
 import optax
 
 from fedjax_sc.algorithms.base import Params
@@ -69,13 +68,15 @@ def restore_copies(params: Params, reference: Params, copies: Mapping[str, str])
 
 def freeze(optimizer: optax.GradientTransformation,
            copies: Mapping[str, str]) -> optax.GradientTransformation:
-    """``optimizer`` followed by zero updates on the copy modules' leaves."""
+    """``optimizer`` on every leaf but the copy modules', which get zero updates and no
+    optimizer state (``optax.multi_transform`` with ``optax.set_to_zero``): a copy is never
+    trained, so it needs no momentum buffer, and an optimizer that reads every gradient at
+    once (a global-norm clip) does not see a copy's."""
     if not copies:
         return optimizer
 
-    def zero(updates, params):
-        del params
-        return {k: (jax.tree.map(jnp.zeros_like, v) if k in copies else v)
-                for k, v in updates.items()}
+    def labels(params):
+        return {k: jax.tree.map(lambda _, k=k: "copy" if k in copies else "trained", v)
+                for k, v in params.items()}
 
-    return optax.chain(optimizer, optax.stateless(zero))
+    return optax.multi_transform({"trained": optimizer, "copy": optax.set_to_zero()}, labels)

@@ -21,7 +21,7 @@ from fedjax_sc.algorithms.indiv import indiv
 from fedjax_sc.algorithms.losses import MULTI_KERNEL_VARIANCES, CrossEntropy, mmd
 from fedjax_sc.core import communication
 from fedjax_sc.core import round as rnd
-from fedjax_sc.core.copies import freeze, make_copies
+from fedjax_sc.core.copies import freeze, make_copies, without_copies
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.models.asp import gradient_reversal
 from fedjax_sc.models.fusion import FusionClassifier
@@ -212,6 +212,10 @@ def test_fusion_starts_as_the_plain_model_and_uses_the_frozen_reference(scene):
     for name, tree in updates.items():
         moves = any(bool(jnp.any(u != 0)) for u in jax.tree.leaves(tree))
         assert moves != name.startswith("reference_"), name
+    # and keeps no optimizer state for it: the momentum of the trained leaves only
+    size = lambda tree: sum(x.size for x in jax.tree.leaves(tree))  # noqa: E731
+    trained = without_copies(params, alg.local_copies)
+    assert size(frozen.init(params)) == size(alg.client_optimizer.init(trained)) > 0
     probs = jax.jit(alg.predict)(params, tokens)["full"]
     np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
 
