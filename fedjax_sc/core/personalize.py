@@ -87,7 +87,8 @@ class Personalization(NamedTuple):
 def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformation, *,
                      batch_size: int, num_evals: int = DEFAULT_NUM_EVALS,
                      steps_per_eval: int = DEFAULT_STEPS_PER_EVAL, eval_batch_size: int = 200,
-                     table_paths: tuple[tuple[str, ...], ...] | None = None
+                     table_paths: tuple[tuple[str, ...], ...] | None = None,
+                     clients_per_call: int | None = None
                      ) -> Callable[[ServerState, ClientStates, ClientData, ClientData,
                                     jax.Array], Personalization]:
     """Builds the compiled Ap phase.
@@ -102,6 +103,10 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
       eval_batch_size: test examples per forward pass.
       table_paths: word-embedding tables trained by rows with local-vocabulary train data
         (default: every path of :func:`fedjax_sc.core.leaves.is_table`).
+      clients_per_call: the clients fine-tuned at once (one call of the compiled program per
+        block of them, the last block padded with inert copies; the device holds one block's
+        data, states and full tables); None: all at once. A client's curve does not depend
+        on it: its randomness and index are its own.
 
     Returns:
       ``personalize(server_state, client_states, train, test, rng, first=0) ->
@@ -110,11 +115,13 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
       process's share: client k's randomness and index are those of client ``first + k``).
 
     Raises:
-      ValueError: negative n_Z / z, batch_size < 1, or (at call time) local ids in ``test``.
+      ValueError: negative n_Z / z, batch_size < 1, clients_per_call < 1, or (at call time)
+        local ids in ``test``.
     """
     members = make_population_personalize(
         lambda values: (algorithm, optimizer), batch_size=batch_size, num_evals=num_evals,
-        steps_per_eval=steps_per_eval, eval_batch_size=eval_batch_size, table_paths=table_paths)
+        steps_per_eval=steps_per_eval, eval_batch_size=eval_batch_size, table_paths=table_paths,
+        clients_per_call=clients_per_call)
 
     def personalize(state: ServerState, client_states: ClientStates, train: ClientData,
                     test: ClientData, rng: jax.Array, first: int = 0) -> Personalization:
@@ -128,8 +135,8 @@ def make_population_personalize(
         build: Callable[[dict[str, Any]], tuple[Algorithm, optax.GradientTransformation]], *,
         batch_size: int, num_evals: int = DEFAULT_NUM_EVALS,
         steps_per_eval: int = DEFAULT_STEPS_PER_EVAL, eval_batch_size: int = 200,
-        table_paths: tuple[tuple[str, ...], ...] | None = None, member_axis: str = "auto"
-) -> Callable[..., list[Personalization]]:
+        table_paths: tuple[tuple[str, ...], ...] | None = None, member_axis: str = "auto",
+        clients_per_call: int | None = None) -> Callable[..., list[Personalization]]:
     """The Ap phase of P members of a population (:mod:`fedjax_sc.core.population`) as one
     compiled program: each member fine-tunes its own model with its own algorithm values and
     learning rate (e.g. a grid over mu, Table 5, or over lambda_kt).
@@ -144,6 +151,7 @@ def make_population_personalize(
       steps_per_eval: as :func:`make_personalize`.
       eval_batch_size: as :func:`make_personalize`.
       table_paths: as :func:`make_personalize`.
+      clients_per_call: as :func:`make_personalize`.
 
     Returns:
       ``personalize(states, client_states, train, test, rngs, hparams, first=0) ->
@@ -154,12 +162,15 @@ def make_population_personalize(
       :func:`make_personalize` does.
 
     Raises:
-      ValueError: negative n_Z / z, batch_size < 1, an unknown ``member_axis``, or (at call
-        time) local ids in ``test`` or train and test of different numbers of clients.
+      ValueError: negative n_Z / z, batch_size < 1, clients_per_call < 1, an unknown
+        ``member_axis``, or (at call time) local ids in ``test`` or train and test of
+        different numbers of clients.
     """
     if num_evals < 0 or steps_per_eval < 0 or batch_size < 1:
         raise ValueError(f"need num_evals >= 0, steps_per_eval >= 0, batch_size >= 1; got "
                          f"{num_evals}, {steps_per_eval}, {batch_size}")
+    if clients_per_call is not None and clients_per_call < 1:
+        raise ValueError(f"clients_per_call must be >= 1 or None, got {clients_per_call}")
     population.check_member_axis(member_axis)
 
     def member(state, client_states, rng, values, train, test, first):
@@ -183,10 +194,15 @@ def make_population_personalize(
         if train.num_clients != test.num_clients:
             raise ValueError(f"train has {train.num_clients} clients, test "
                              f"{test.num_clients}")
-        curve, correct = compiled(states, client_states, train, test, rngs,
-                                  {k: jnp.asarray(v) for k, v in hparams.items()},
-                                  jnp.int32(first))
-        curve, correct = jax.device_get((curve, correct))
+        values = {k: jnp.asarray(v) for k, v in hparams.items()}
+        n = train.num_clients
+        block = n if clients_per_call is None else min(clients_per_call, n)
+        if block == n:
+            curve, correct = jax.device_get(compiled(states, client_states, train, test, rngs,
+                                                     values, jnp.int32(first)))
+        else:
+            curve, correct = _by_blocks(compiled, block, states, client_states, train, test,
+                                        rngs, values, first)
         size = int(np.shape(rngs)[0])
         return [Personalization({k: np.asarray(v[i]) for k, v in curve.items()},
                                 steps_per_eval,
@@ -194,6 +210,23 @@ def make_population_personalize(
                 for i in range(size)]
 
     return personalize
+
+
+def _by_blocks(compiled, block, states, client_states, train, test, rngs, values, first):
+    """``compiled`` on the clients in blocks of ``block`` (the last padded with copies of its
+    first client, whose results are dropped), the curves joined on the client axis; host
+    arrays."""
+    client_states, train, test = jax.device_get((client_states, train, test))
+    parts = []
+    for lo in range(0, train.num_clients, block):
+        idx = np.arange(lo, min(lo + block, train.num_clients))
+        fill = np.concatenate([idx, np.full(block - len(idx), lo)])
+        take = lambda axis: lambda x: np.take(x, fill, axis=axis)  # noqa: E731
+        out = compiled(states, jax.tree.map(take(1), client_states),
+                       jax.tree.map(take(0), train), jax.tree.map(take(0), test), rngs, values,
+                       jnp.int32(first + lo))
+        parts.append(jax.tree.map(lambda x: np.asarray(x)[:, :len(idx)], jax.device_get(out)))
+    return jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *parts)
 
 
 def _member_phase(algorithm, optimizer, batch_size, num_evals, steps_per_eval,

@@ -182,6 +182,7 @@ class TrainConfig:
         reviews (kept apart from ``seed`` so that training seeds share one dataset, and the
         members of a population one scene).
       clients_per_round: M, clients sampled (without replacement) per round; None: all N.
+        The Ap phase then fine-tunes the N clients in blocks of M.
       sampling: ``uniform`` (aggregation weights N^k / sum over the sampled) or ``size``
         (sampled with probability proportional to N^k, equal aggregation weights, so the
         expected update is the full weighted mean; Li et al. 2020, "On the convergence of

@@ -148,9 +148,11 @@ def personalize_members(cs: Sequence[TrainConfig], build: Callable[[dict[str, An
     # one member after another inside the program on every device: under vmap every client's
     # evaluation batches of every member would be live at once, P times the memory that the
     # population's size was chosen for (members.member_bytes counts the rounds' states)
+    # and the clients in blocks of M when a round trains M of them: the device then holds no
+    # more clients at once in the Ap phase than in a round
     run = personalize.make_population_personalize(
         member, batch_size=c.batch_size, num_evals=c.ap_evals, steps_per_eval=c.ap_steps,
-        member_axis="map")
+        member_axis="map", clients_per_call=c.clients_per_round)
     t0 = time.perf_counter()
     share = None if scene is None else scene.share
     if share is not None:

@@ -104,3 +104,21 @@ def test_a_population_of_ap_phases_is_each_member_alone(setting, member_axis):
     with pytest.raises(ValueError, match="member_axis"):
         make_population_personalize(lambda v: (alg, client_sgd(0.1)), batch_size=4,
                                     member_axis="pmap")
+
+
+@pytest.mark.parametrize("block", [1, 2])
+def test_clients_in_blocks_fine_tune_as_all_at_once(setting, block):
+    """``clients_per_call``: the clients in blocks of 1 or 2 (3 clients: the last block of 2
+    padded) give every client's curve and per-example record as one call of all does."""
+    scene, alg, state, clients = setting
+    args = (state, clients, client_data(scene.train, local_vocab=True),
+            client_data(scene.test), jax.random.key(4))
+    kw = dict(batch_size=4, num_evals=2, steps_per_eval=3, eval_batch_size=5)
+    whole = make_personalize(alg, client_sgd(0.5), **kw)(*args)
+    blocks = make_personalize(alg, client_sgd(0.5), clients_per_call=block, **kw)(*args)
+    for mode in whole.curve:
+        assert blocks.curve[mode].shape == whole.curve[mode].shape == (3, 3)
+        np.testing.assert_allclose(blocks.curve[mode], whole.curve[mode], atol=1e-6)
+        np.testing.assert_array_equal(blocks.correct[mode], whole.correct[mode])
+    with pytest.raises(ValueError, match="clients_per_call must be >= 1"):
+        make_personalize(alg, client_sgd(0.5), clients_per_call=0, **kw)
