@@ -1,11 +1,12 @@
 """Populations against their members run one after another, in the same process.
 
 For P in ``--sizes`` (default 1 3 8) it trains P members of one algorithm (seeds, and client
-learning rates spread over ``--lrs``) as one population (:mod:`fedjax_sc.core.population`:
-one compiled program, its members batched with ``vmap`` or run in turn with ``lax.map``) and
-as P standalone runs in turn (the same per-member round, jitted once, called P times), and
-prints member-rounds per second of each, their ratios, the compile times, and the peak device memory per member where the device reports it (GPU/TPU;
-on the CPU the population's states' bytes per member instead).
+learning rates spread over ``--lrs``) as one population (:mod:`fedjax_sc.core.population`: one
+compiled program, its members batched with ``vmap`` or run in turn with ``lax.map``) and as P
+standalone runs in turn (the same per-member round, jitted once, called P times), and prints
+member-rounds per second of each, their ratios, the compile times, and the peak device memory per
+member where the device reports it (GPU/TPU; on the CPU the population's states' bytes per member
+instead).
 
 Usage::
 

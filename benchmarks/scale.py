@@ -54,7 +54,8 @@ from fedjax_sc.models.text_classifier import init_params
 from fedjax_sc.run.registry import build_algorithm
 
 sys.path.insert(0, str(Path(__file__).parent))
-from round_speed import add_shape_arguments, synthetic_arrays  # noqa: E402  (benchmark helper beside this file)
+# the benchmark helper beside this file
+from round_speed import add_shape_arguments, synthetic_arrays  # noqa: E402
 
 
 def _xla_bytes(compiled) -> int | None:

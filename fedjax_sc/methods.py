@@ -46,5 +46,6 @@ __all__ = [
     "apfl", "pfedme", "fedopt", "dp_sgd",
     # plug-ins: wrap any algorithm (loss terms, upload transforms, client optimizer)
     "proximal", "mmd_penalty", "dynamic_regularizer", "model_contrastive", "control_variates",
-    "personalized", "meta_gradient", "moreau_gradient", "pca_compress", "gaussian_noise", "client_sgd",
+    "personalized", "meta_gradient", "moreau_gradient", "pca_compress", "gaussian_noise",
+    "client_sgd",
 ]

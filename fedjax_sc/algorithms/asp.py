@@ -99,8 +99,8 @@ def asp(model: ASPClassifier, learning_rate: float = LEARNING_RATE, momentum: fl
         :mod:`fedjax_sc.core.multitask`.
 
     Raises:
-      ValueError: an unknown schedule, a negative weight, a model that is not an ``ASPClassifier``, or invalid
-        optimizer settings.
+      ValueError: an unknown schedule, a negative weight, a model that is not an ``ASPClassifier``,
+        or invalid optimizer settings.
     """
     if adversarial < 0 or orthogonal < 0:
         raise ValueError(f"ASP weights must be >= 0, got {adversarial}, {orthogonal}")

@@ -1,10 +1,10 @@
 """FS, fully shared training (Li et al. 2021, Sec. 5.4, Fig. 2(A) without privacy; Tables 2-3).
 
 All clients' training sets are pooled into one training set and one model is trained on it
-centrally, then evaluated on every client's test set (Ag^k) and fine-tuned per client for Ap.
-It is FedAvg with a single client that holds all the data: its centralised trainer
-(``CentralTrainer("pooled")``, :mod:`fedjax_sc.core.central`) pools the clients' training splits and runs the same
-compiled round on that one client (aggregating one client is the identity). Same epoch
+centrally, then evaluated on every client's test set (Ag^k) and fine-tuned per client for Ap. It is
+FedAvg with a single client that holds all the data: its centralised trainer
+(``CentralTrainer("pooled")``, :mod:`fedjax_sc.core.central`) pools the clients' training splits and
+runs the same compiled round on that one client (aggregating one client is the identity). Same epoch
 budget: ``rounds x local_epochs`` epochs over the pooled data, batch B.
 """
 

@@ -40,9 +40,9 @@ def is_zero(value: object) -> bool:
 
 
 def check(name: str, value: object, ok: Callable[[float], bool], what: str) -> None:
-    """Raises ``ValueError("<name> must be <what>, got <value>")`` when ``value`` is concrete
-    and ``ok`` rejects it (or it is not a finite scalar number: a string, a bool, nan, inf); a traced value or None is not checked (the caller checks the
-    numbers it feeds a population)."""
+    """Raises ``ValueError("<name> must be <what>, got <value>")`` when ``value`` is concrete and
+    ``ok`` rejects it (or it is not a finite scalar number: a string, a bool, nan, inf); a traced
+    value or None is not checked (the caller checks the numbers it feeds a population)."""
     if value is None or is_traced(value):
         return
     if isinstance(value, (str, bytes, bool)) or not isinstance(

@@ -103,10 +103,10 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
       eval_batch_size: test examples per forward pass.
       table_paths: word-embedding tables trained by rows with local-vocabulary train data
         (default: every path of :func:`fedjax_sc.core.leaves.is_table`).
-      clients_per_call: the clients fine-tuned at once (one call of the compiled program per
-        block of them, the last block filled up with copies of its first client whose results
-        are dropped; the device holds one block's data, states and full tables); None: all at once. A client's curve does not depend
-        on it: its randomness and index are its own.
+      clients_per_call: the clients fine-tuned at once (one call of the compiled program per block
+        of them, the last block filled up with copies of its first client whose results are dropped;
+        the device holds one block's data, states and full tables); None: all at once. A client's
+        curve does not depend on it: its randomness and index are its own.
 
     Returns:
       ``personalize(server_state, client_states, train, test, rng, first=0) ->

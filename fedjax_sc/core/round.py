@@ -405,9 +405,9 @@ def init_states(algorithm: Algorithm, params: Params, num_clients: int, *,
       params: the model's initial params (one model, no client axis).
       num_clients: N, the leading axis of every client leaf.
       host: build the client states as read-only NumPy views of one client's values
-        (:func:`~fedjax_sc.core.participation.broadcast_clients`: no memory per client, nothing ``[N, ...]`` on a device),
-        for a run whose client states live on the host (partial participation; the
-        checkpoint restore's template). Default: device arrays ``[N, ...]``.
+        (:func:`~fedjax_sc.core.participation.broadcast_clients`: no memory per client, nothing
+        ``[N, ...]`` on a device), for a run whose client states live on the host (partial
+        participation; the checkpoint restore's template). Default: device arrays ``[N, ...]``.
 
     Raises:
       ValueError: ``num_clients`` < 1, or the algorithm's ``leaf_rules`` do not cover the

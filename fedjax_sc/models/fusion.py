@@ -22,13 +22,13 @@ o in R^{2h} (Eq. 1-3 of Li et al. 2021), and the operators become:
   64, 1, 1))``);
 * ``single``: the same with one scalar ``gamma`` (``torch.zeros(1)`` there).
 
-Li et al. 2021 do not say which operator their FedFusion used. ``multi`` is the default
-because it is the one of the three whose global model trains close to FedAvg's, as their
-FedFusion row (1.3 points under FedAvg) does: on FDU-MTL (4 domains, 16 rounds, every leaf
-shared, no server momentum) FedAvg read 81.7, ``multi`` 79.4, ``conv`` 73.9 (the fused layer,
-small at PyTorch's init, passes about a third of the gradient to the trained extractor) and
-``single`` 71.0 (its one weight went to 0.996, the frozen extractor's features only). Yao et al.'s server keeps ``gamma`` on a
-momentum of 0.9 (:func:`fedjax_sc.algorithms.fedfusion.gamma_average`).
+Li et al. 2021 do not say which operator their FedFusion used. ``multi`` is the default because it
+is the one of the three whose global model trains close to FedAvg's, as their FedFusion row (1.3
+points under FedAvg) does: on FDU-MTL (4 domains, 16 rounds, every leaf shared, no server momentum)
+FedAvg read 81.7, ``multi`` 79.4, ``conv`` 73.9 (the fused layer, small at PyTorch's init, passes
+about a third of the gradient to the trained extractor) and ``single`` 71.0 (its one weight went to
+0.996, the frozen extractor's features only). Yao et al.'s server keeps ``gamma`` on a momentum of
+0.9 (:func:`fedjax_sc.algorithms.fedfusion.gamma_average`).
 
 The frozen global extractor is part of the model, as in Yao et al.'s code (thu-media/FedFusion,
 ``model/cifar_models.py``: the ``refer_*`` layers sit in the model's state dict): a second

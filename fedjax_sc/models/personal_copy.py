@@ -42,9 +42,10 @@ class PersonalCopy(nn.Module):
     """``base`` twice, w (its top-level modules as they are) and v (each again as
     ``private_<name>``), and with ``alpha`` the float32 scalar leaf ``alpha``.
 
-    ``init`` draws ``base``'s params once, from the key ``base.init`` would get, and uses them
-    for both copies (v = w at init; alpha starts at the given value). ``__call__(tokens)`` maps int32 ``[batch, len]`` tokens to the
-    personalised model's float32 ``[batch, C]`` logits: ``base`` on :func:`personal`'s params.
+    ``init`` draws ``base``'s params once, from the key ``base.init`` would get, and uses them for
+    both copies (v = w at init; alpha starts at the given value). ``__call__(tokens)`` maps int32
+    ``[batch, len]`` tokens to the personalised model's float32 ``[batch, C]`` logits: ``base`` on
+    :func:`personal`'s params.
 
     Attributes:
       base: a one-branch model (``TextClassifier``); ``vocab_size`` and ``embed_dim`` are its.

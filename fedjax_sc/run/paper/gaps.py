@@ -131,7 +131,8 @@ def gap_section(order: Sequence[str], seeds: Sequence[int], reports: dict, scene
     seed are left out (named)."""
     fmt = lambda v, signed=False: "n/a" if v is None else (f"{v:+.2f}" if signed else f"{v:.2f}")
     head = ["| method | seeds | Avg cells: gaps | per-client cells | mean abs gap | "
-            f"over {THRESHOLD:g} | mean gap | seeds' std |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+            f"over {THRESHOLD:g} | mean gap | seeds' std |",
+            "|---|---:|---|---:|---:|---:|---:|---:|"]
     lines, every, left_out = [], [], []
     for m in order:
         done = [reports[(m, s)] for s in seeds if (m, s) in reports]

@@ -283,7 +283,8 @@ def _personal(personal: Mapping[str, float] | None, mode: str | None) -> float |
 
 
 def _save(fig: Any, ax: Any, path: str | Path, title: str | None) -> Path:
-    """Titles the figure and writes it to ``path`` (:func:`fedjax_sc.run.plumbing.figures.write`)."""
+    """Titles the figure and writes it to ``path``
+    (:func:`fedjax_sc.run.plumbing.figures.write`)."""
     if title:
         ax.set_title(title)
     return write(fig, path)

@@ -5,13 +5,13 @@ the paper's (Li et al. 2021, Sec. 5.4-5.6, Tables 2-8, Fig. 4).
 results store under
 ``--out``: one directory per run, ``<out>/<scene>/<run>/seed-<s>/``, each a complete
 ``fedjax-sc train`` run directory (``config.json``, ``metrics.jsonl``, ``checkpoints/``,
-``report.json``). A finished run (a report for the requested rounds) is skipped, an
-interrupted one resumed, so tables share runs (Table 2's KTEPS is Table 4's lambda1 = lambda2 =
-0.01 cell, its KTEPS* Table 7's cell of the default band) and an interrupted reproduction continues where it stopped. Runs that differ from
-another run only in the Ap phase (Table 5's mu) copy that run's last checkpoint and redo the Ap
-phase alone. ``--methods`` trains only the named runs (Tables 2-3: the methods; other tables:
-the run names :func:`plan` gives); the table still shows every other run the store already
-holds finished, and ``not run`` for the rest.
+``report.json``). A finished run (a report for the requested rounds) is skipped, an interrupted one
+resumed, so tables share runs (Table 2's KTEPS is Table 4's lambda1 = lambda2 = 0.01 cell, its
+KTEPS* Table 7's cell of the default band) and an interrupted reproduction continues where it
+stopped. Runs that differ from another run only in the Ap phase (Table 5's mu) copy that run's last
+checkpoint and redo the Ap phase alone. ``--methods`` trains only the named runs (Tables 2-3: the
+methods; other tables: the run names :func:`plan` gives); the table still shows every other run the
+store already holds finished, and ``not run`` for the rest.
 
 The table (Markdown, ``<out>/<scene>/<table>.md``) holds our mean +- std over the seeds (in
 percent) next to the paper's number in parentheses (:mod:`fedjax_sc.run.paper.tables`). Tables 2-3

@@ -37,14 +37,14 @@ def _runs(runs: Sequence[str | Path]) -> list[tuple[str, Path, Any, dict[str, An
 
 
 def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
-    """Writes the runs' ``metrics.jsonl`` as one tidy CSV (Python's ``csv`` module), one
-    measurement per row: ``run`` (the folder as given, or a population member's), ``seed``,
-    the population's grid settings (one column each, empty for a run outside one), ``phase`` (``round`` / ``ap``),
-    ``round``, ``t`` (the Ap evaluation, empty for rounds), ``client`` (its name, or ``all``
-    for a mean over clients), ``metric`` (``Ag``, ``train_loss``, ``personal_<mode>``, an aux
-    term, ``seconds``, ``upload_sent_bytes``, ``participants`` and ``local_steps`` with
-    heterogeneous clients...; ``Ap_t_<mode>`` in the Ap phase) and ``value``
-    (accuracies as fractions). ``pandas.read_csv(path).pivot_table(...)`` gives any view.
+    """Writes the runs' ``metrics.jsonl`` as one tidy CSV (Python's ``csv`` module), one measurement
+    per row: ``run`` (the folder as given, or a population member's), ``seed``, the population's
+    grid settings (one column each, empty for a run outside one), ``phase`` (``round`` / ``ap``),
+    ``round``, ``t`` (the Ap evaluation, empty for rounds), ``client`` (its name, or ``all`` for a
+    mean over clients), ``metric`` (``Ag``, ``train_loss``, ``personal_<mode>``, an aux term,
+    ``seconds``, ``upload_sent_bytes``, ``participants`` and ``local_steps`` with heterogeneous
+    clients...; ``Ap_t_<mode>`` in the Ap phase) and ``value`` (accuracies as fractions).
+    ``pandas.read_csv(path).pivot_table(...)`` gives any view.
 
     Returns:
       The number of rows written.
