@@ -77,9 +77,12 @@ def aggregation_weights(counts: np.ndarray, sampling: str) -> np.ndarray:
     return counts if sampling == "uniform" else (counts > 0).astype(np.float32)
 
 
-def gather(tree: Any, idx: np.ndarray) -> Any:
-    """Rows ``idx`` of every leaf's leading (client) axis; ``None`` leaves stay ``None``."""
-    return jax.tree.map(lambda x: x[idx], tree)
+def gather(tree: Any, idx: np.ndarray, axis: int = 0) -> Any:
+    """Rows ``idx`` of every leaf's client axis ``axis`` (1 for a population's ``[P, N, ...]``
+    leaves); ``None`` leaves stay ``None``."""
+    if axis == 0:
+        return jax.tree.map(lambda x: x[idx], tree)
+    return jax.tree.map(lambda x: np.take(np.asarray(x), idx, axis=axis), tree)
 
 
 def scatter(tree: Any, idx: np.ndarray, rows: Any) -> Any:
@@ -102,23 +105,31 @@ def write(tree: Any, idx: np.ndarray, rows: Any) -> None:
     jax.tree.map(put, tree, rows)
 
 
-def pad_clients(tree: Any, multiple: int) -> tuple[Any, int]:
-    """Pads the leading client axis of every leaf to a multiple of ``multiple`` with copies of
-    the first client (so that it splits evenly over the devices of a mesh).
+def pad_clients(tree: Any, multiple: int, axis: int = 0) -> tuple[Any, int]:
+    """Pads the client axis ``axis`` of every leaf (1 for a population's ``[P, N, ...]``
+    leaves) to a multiple of ``multiple`` with copies of the first client (so that it splits
+    evenly over the devices of a mesh, or fills a block of a fixed size).
 
     Returns:
-      ``(padded tree, number of real clients)``. Callers must make the copies inert: the round
-      gives a client with an all-False example mask and zero weight no steps and no say.
+      ``(padded tree, number of real clients)``: host NumPy leaves when padded, ``tree``
+      itself otherwise. Callers must make the copies inert: the round gives a client with an
+      all-False example mask and zero weight no steps and no say; the Ap phase drops their
+      results.
     """
     leaves = jax.tree.leaves(tree)
     if not leaves:
         return tree, 0
-    k = int(leaves[0].shape[0])
+    k = int(leaves[0].shape[axis])
     extra = (-k) % multiple
     if not extra:
         return tree, k
-    return jax.tree.map(lambda x: np.concatenate(
-        [np.asarray(x), np.repeat(np.asarray(x)[:1], extra, axis=0)]), tree), k
+
+    def pad(x):
+        x = np.asarray(x)
+        first = np.take(x, [0], axis=axis)
+        return np.concatenate([x, np.repeat(first, extra, axis=axis)], axis=axis)
+
+    return jax.tree.map(pad, tree), k
 
 
 PADDINGS = ("bucket", "sampled", "global")

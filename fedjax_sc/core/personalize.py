@@ -29,7 +29,7 @@ import optax
 
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, bind
-from fedjax_sc.core import copies, leaves, population
+from fedjax_sc.core import copies, leaves, participation, population
 from fedjax_sc.core.evaluate import example_hits, mean_accuracy
 from fedjax_sc.core.local import epoch_order, local_steps, step_key
 from fedjax_sc.core.round import (
@@ -220,11 +220,11 @@ def _by_blocks(compiled, block, states, client_states, train, test, rngs, values
     parts = []
     for lo in range(0, train.num_clients, block):
         idx = np.arange(lo, min(lo + block, train.num_clients))
-        fill = np.concatenate([idx, np.full(block - len(idx), lo)])
-        take = lambda axis: lambda x: np.take(x, fill, axis=axis)  # noqa: E731
-        out = compiled(states, jax.tree.map(take(1), client_states),
-                       jax.tree.map(take(0), train), jax.tree.map(take(0), test), rngs, values,
-                       jnp.int32(first + lo))
+        own, _ = participation.pad_clients(participation.gather(client_states, idx, axis=1),
+                                           block, axis=1)
+        (tr, te), _ = participation.pad_clients(participation.gather((train, test), idx),
+                                                block)
+        out = compiled(states, own, tr, te, rngs, values, jnp.int32(first + lo))
         parts.append(jax.tree.map(lambda x: np.asarray(x)[:, :len(idx)], jax.device_get(out)))
     return jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *parts)
 

@@ -89,3 +89,14 @@ def test_sampled_training_keeps_unsampled_private_leaves_and_resumes_exactly(tmp
     with pytest.raises(ValueError, match="clients-per-round 7 > 6"):
         train(TrainConfig(rounds=1, out=str(tmp_path / "c"), **{**kw, "clients_per_round": 7}),
               log=quiet)
+
+
+def test_pad_clients_on_a_population_axis_copies_the_first_client():
+    tree = {"a": np.arange(2 * 3 * 2).reshape(2, 3, 2), "b": None}
+    picked = pt.gather(tree, np.array([2, 0]), axis=1)
+    np.testing.assert_array_equal(picked["a"], tree["a"][:, [2, 0]])
+    padded, real = pt.pad_clients(picked, 4, axis=1)
+    assert real == 2 and padded["b"] is None
+    np.testing.assert_array_equal(padded["a"], tree["a"][:, [2, 0, 2, 2]])
+    same, real = pt.pad_clients(picked, 2, axis=1)
+    assert real == 2 and same is picked
