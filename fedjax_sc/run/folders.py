@@ -19,13 +19,17 @@ from fedjax_sc.data import scenes
 from fedjax_sc.run import loading, rundir
 from fedjax_sc.run.config import TrainConfig
 from fedjax_sc.run.plumbing import processes
-from fedjax_sc.run.setup import CheckpointError, newest_verified, restore_checkpoint
+from fedjax_sc.run.setup import (
+    CheckpointError,
+    checkpoint_manager,
+    newest_verified,
+    restore_checkpoint,
+)
 
 
 def manager(out: Path) -> ocp.CheckpointManager:
     """The checkpoints of run folder ``out``: one per round, the last two kept."""
-    return ocp.CheckpointManager(out.resolve() / "checkpoints", options=ocp.
-                                 CheckpointManagerOptions(max_to_keep=2, create=True))
+    return checkpoint_manager(out.resolve() / "checkpoints", keep=2, create=True)
 
 
 def prepare(cs: list[TrainConfig], scene: scenes.Scene, files: list[Path], state: Any,

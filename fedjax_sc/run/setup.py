@@ -114,6 +114,27 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
     return Setup(algorithm, state, client_states, root, train_key, global_private, work)
 
 
+def checkpoint_manager(folder: Path, *, keep: int | None = None,
+                       create: bool = False) -> ocp.CheckpointManager:
+    """The orbax manager of a checkpoints folder (``keep``: how many rounds it keeps, all when
+    None; ``create``: make the folder).
+
+    Its handler is orbax's PyTree handler with host NumPy arrays written as they are: orbax's
+    default copies each one first (a guard against a caller that changes it while an
+    asynchronous save runs), which doubled the peak memory of a run whose client states live
+    on the host. :func:`save_checkpoint` waits for the save before anything writes the states
+    again. The files are the standard ones: a folder saved by ``StandardSave`` restores here
+    and the other way round.
+    """
+    th = ocp.type_handlers
+    handlers = th.create_type_handler_registry(  # orbax's own, but for NumPy arrays
+        *[(t, th.get_type_handler(t)) for t in (int, float, bytes, np.number, jax.Array, str)],
+        (np.ndarray, th.NumpyHandler(deepcopy_host_arrays=False)))
+    return ocp.CheckpointManager(
+        folder, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=create),
+        item_handlers=ocp.PyTreeCheckpointHandler(type_handler_registry=handlers))
+
+
 def restore_checkpoint(ckpt: ocp.CheckpointManager, step: int, state: ServerState,
                        client_states: ClientStates) -> tuple[ServerState, ClientStates]:
     """The states saved at round ``step``, restored into the structure of the given ones and
@@ -125,8 +146,9 @@ def restore_checkpoint(ckpt: ocp.CheckpointManager, step: int, state: ServerStat
         saved (one line naming the round and the folder).
     """
     try:
-        restored = ckpt.restore(step, args=ocp.args.StandardRestore(
-            _checkpoint_tree(state, client_states)))
+        template = _checkpoint_tree(state, client_states)
+        restored = ckpt.restore(step, args=ocp.args.PyTreeRestore(
+            template, restore_args=ocp.checkpoint_utils.construct_restore_args(template)))
     except Exception as e:  # orbax / TensorStore raise many types for a damaged folder
         if processes.lost_contact(e):  # another process is gone: the folder is not at fault
             raise
@@ -208,7 +230,7 @@ def load_run(out: str | Path, at_round: int | None = None
     c = config_from_json(rundir.read_json(saved))
     folder = out.resolve() / "checkpoints"
     # no manager for a missing folder: orbax's would make an empty one, and reading writes nothing
-    ckpt = ocp.CheckpointManager(folder) if folder.is_dir() else None
+    ckpt = checkpoint_manager(folder) if folder.is_dir() else None
     steps = sorted(int(s) for s in ckpt.all_steps()) if ckpt is not None else []
     if not steps:
         raise FileNotFoundError(f"{out / 'checkpoints'} holds no checkpoint")
@@ -286,7 +308,7 @@ def save_checkpoint(ckpt: ocp.CheckpointManager, r: int, state: ServerState,
     """
     tree = _checkpoint_tree(state, client_states)
     try:
-        ckpt.save(r, args=ocp.args.StandardSave(tree))
+        ckpt.save(r, args=ocp.args.PyTreeSave(tree))
         ckpt.wait_until_finished()
         kept = {str(s) for s in ckpt.all_steps()}
         digests = {k: v for k, v in _digests(ckpt).items() if k in kept}

@@ -97,7 +97,7 @@ def _largest_file(folder):
     return max((p for p in folder.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
 
 
-@pytest.mark.parametrize("damage", ["bytes", "emptied"])
+@pytest.mark.parametrize("damage", ["bytes", "emptied", "altered"])
 def test_a_damaged_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
         tmp_path, damage):
     import chex
@@ -106,12 +106,17 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_befo
     out = tmp_path / "cut"
     train(TrainConfig(**CFG, rounds=2, out=str(out), ap=False), log=_quiet)
     step = out / "checkpoints" / "2"
-    if damage == "bytes":  # same size, other content: values that still look like floats
-        path = _largest_file(step)
-        data = bytearray(path.read_bytes())
-        middle = len(data) // 2
-        data[middle:middle + 8] = bytes(255 - b for b in data[middle:middle + 8])
-        path.write_bytes(bytes(data))
+    if damage == "bytes":  # same size, other content, in every file of the arrays' store
+        for path in (step / "default" / "d").iterdir():
+            data = bytearray(path.read_bytes())
+            middle = len(data) // 2
+            data[middle:middle + 8] = bytes(255 - b for b in data[middle:middle + 8])
+            path.write_bytes(bytes(data))
+    elif damage == "altered":  # files that read but hold other values than were saved
+        digests = out / "checkpoints" / "digests.json"
+        recorded = json.loads(digests.read_text())
+        recorded["2"] = "0" * 64
+        digests.write_text(json.dumps(recorded))
     else:
         for p in step.rglob("*"):
             if p.is_file():
@@ -121,6 +126,8 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_befo
                     log=lines.append)
     warning = [x for x in lines if x.startswith("warning:")]
     assert len(warning) == 1 and "round 2 in" in warning[0]
+    says = "does not match the SHA-256" if damage == "altered" else "cannot be read"
+    assert says in warning[0], warning
     assert (out / "corrupt-checkpoints" / "2").is_dir()  # kept, not deleted
     chex.assert_trees_all_equal(full["params"], resumed["params"])
     assert [r["round"] for r in (json.loads(x) for x in

@@ -282,3 +282,29 @@ def test_every_algorithm_builds_from_only_the_options_it_is_said_to_read(name):
     from fedjax_sc.run.registry import build_algorithm
     alg = build_algorithm(name, vocab_size=12, num_classes=2, embed_dim=4, num_clients=2)
     assert alg.name == name
+
+
+def test_a_folder_saved_by_orbaxs_standard_handler_restores_verified(tmp_path):
+    # checkpoints are written without orbax's copy of host arrays; the files stay the standard
+    # ones, so a folder of the earlier code (StandardSave) resumes
+    import chex
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    from fedjax_sc.run import setup
+    data = write_fdu(tmp_path / "data")
+    run = tmp_path / "run"
+    train(tiny(data, run, rounds=1, ap=False, algorithm="fedper"), log=_quiet)
+    saved = setup.restore_run(run)
+    tree = setup._checkpoint_tree(saved.state, saved.client_states)
+    old = ocp.CheckpointManager(tmp_path / "standard")
+    old.save(1, args=ocp.args.StandardSave(tree))
+    old.wait_until_finished()
+    (tmp_path / "standard" / setup.DIGESTS).write_text(
+        json.dumps({"1": setup.tree_digest(tree)}))
+    state, clients = setup.restore_checkpoint(setup.checkpoint_manager(tmp_path / "standard"),
+                                              1, saved.setup.state, saved.setup.client_states)
+    chex.assert_trees_all_equal((state, clients), (saved.state, saved.client_states))
+    private = jax.tree.leaves(clients.private)  # FedPer's classifier, per client, on the host
+    assert private and all(isinstance(x, np.ndarray) for x in private)
