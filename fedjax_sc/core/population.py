@@ -222,6 +222,11 @@ def as_values(hparams: HParams, i: int) -> dict[str, float]:
 
 def stack(trees: Sequence[Any]) -> Any:
     """Stacks same-structured pytrees on a new leading member axis (NumPy where every
-    member's leaf is NumPy: host states stay on the host)."""
-    return jax.tree.map(lambda *xs: (np.stack(xs) if all(isinstance(x, np.ndarray) for x in xs)
-                                     else jnp.stack(xs)), *trees)
+    member's leaf is NumPy: host states stay on the host; one member's NumPy leaves become
+    ``[1, ...]`` views of its own, not copies)."""
+    def put(*xs):
+        if all(isinstance(x, np.ndarray) for x in xs):
+            return xs[0][None] if len(xs) == 1 else np.stack(xs)
+        return jnp.stack(xs)
+
+    return jax.tree.map(put, *trees)

@@ -177,16 +177,11 @@ def _train_locked(cs: list[TrainConfig], log: Callable[[str], None], index: Path
                   ) -> list[dict[str, Any] | None]:
     """:func:`train_population` once the members' folders are locked; ``checked`` is reached
     once every check passed, before any file is changed; ``mesh`` is the population's.
-    Three stages: :func:`_prepare` (scene, states, every check),
-    :func:`fedjax_sc.run.folders.prepare`
-    (resume or start afresh), :func:`_train_rounds` (the rounds, then each member's
-    finish)."""
+    Two stages: :func:`_prepare` (scene, states, every check), :func:`_train_rounds` (resume
+    or start afresh, the rounds, then each member's finish)."""
     for m in cs:
         rundir.check_out_dir(Path(m.out), m)
-    p = _prepare(cs, log, checked, mesh)
-    start, state, client_states = folders.prepare(cs, p.scene, p.files, p.state,
-                                                  p.client_states, checked, log)
-    return _train_rounds(cs, p, start, state, client_states, log, index, grid, mesh)
+    return _train_rounds(cs, _prepare(cs, log, checked, mesh), checked, log, index, grid, mesh)
 
 
 def _prepare(cs: list[TrainConfig], log: Callable[[str], None], checked: processes.Agreement,
@@ -246,12 +241,15 @@ def _prepare(cs: list[TrainConfig], log: Callable[[str], None], checked: process
                      personal_eval, mode, comm)
 
 
-def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
-                  client_states: Any, log: Callable[[str], None], index: Path | None,
-                  grid: Sequence[str], mesh: jax.sharding.Mesh) -> list[dict[str, Any] | None]:
-    """Rounds ``start + 1 .. rounds`` of the members (one compiled program), each round's
-    metrics row, tracking and checkpoint; a member whose update is not finite stops; then
-    each running member's finish (evaluation, Ap phase, report)."""
+def _train_rounds(cs: list[TrainConfig], p: _Prepared, checked: processes.Agreement,
+                  log: Callable[[str], None], index: Path | None, grid: Sequence[str],
+                  mesh: jax.sharding.Mesh) -> list[dict[str, Any] | None]:
+    """The members' folders prepared (:func:`fedjax_sc.run.folders.prepare`: resumed or
+    started afresh), rounds ``start + 1 .. rounds`` of the members (one compiled program),
+    each round's metrics row, tracking and checkpoint; a member whose update is not finite
+    stops; then each running member's finish (evaluation, Ap phase, report)."""
+    start, state, client_states = folders.prepare(cs, p.scene, p.files, p.state,
+                                                  p.client_states, checked, log)
     c, size, scene, setups, names = cs[0], len(cs), p.scene, p.setups, p.client_names
     say = ([log] if size == 1 else
            [lambda line, name=Path(m.out).name: log(f"[{name}] {line}") for m in cs])
@@ -269,6 +267,8 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, start: int, state: Any,
                           c.clients_per_round, c.sampling,
                           *((scene.num_clients, scene.share[0]) if scene.share else ()),
                           padding=cross_device.padding(scene, c.padding))
+    # the feed holds them now: restored ones are freed once it writes its first round
+    del client_states
     rows = int(dict(mesh.shape)[sharding.MEMBERS])
     if feed.partial or mesh.size > 1:
         log(f"{feed.num_sampled} of {feed.num_clients} clients per round "
