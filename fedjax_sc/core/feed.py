@@ -58,6 +58,10 @@ class PopulationFeed:
         (:data:`~fedjax_sc.core.participation.PADDINGS`; default ``bucket``: the largest
         sampled client's size rounded up to a power of two); every client taking part uses
         the scene's largest client.
+      own: the host leaves of ``private`` are the feed's to write (the caller keeps no other
+        use of them: the training loop's restored states); otherwise the first update
+        copies them. Read-only leaves (round-0 views) and ones not in C order are copied
+        either way.
 
     Raises:
       ValueError: M outside ``[1, N]``, an unknown sampling or padding, P not splitting over
@@ -68,7 +72,7 @@ class PopulationFeed:
     def __init__(self, data, private, mesh, seeds: Sequence[int],
                  num_sampled: int | None = None, sampling: str = "uniform",
                  num_clients: int | None = None, first: int = 0, member_axis: bool = True,
-                 padding: str = "bucket"):
+                 padding: str = "bucket", own: bool = False):
         self.padding = participation.check_padding(padding)
         self.slots = self.examples = 0  # example slots and real examples of the last inputs
         self.mesh, self.seeds = mesh, [int(s) for s in seeds]
@@ -110,6 +114,8 @@ class PopulationFeed:
                                          self.devices), mesh)
         self.private = (self._place(private) if self.resident
                         else jax.tree.map(np.asarray, private))
+        self._own = own
+        self._owned = False  # whether the host leaves are the feed's own to write
 
     @property
     def round_size(self) -> int:
@@ -164,14 +170,20 @@ class PopulationFeed:
         if not jax.tree.leaves(private):
             return
         rows = sharding.to_host(private)  # gathered from every process's devices
-        # One fresh copy of every member's states, written in place: the arrays of the last
-        # round are never written (a checkpoint being saved may still read them), and the
-        # host holds at most two copies (a round-0 view becomes its own array here).
-        fresh = jax.tree.map(lambda x: np.array(x, copy=True), self.private)
+        # The first update copies the states it was given unless they are its own (a
+        # caller's arrays are never written; round-0 views cannot be); later ones write in
+        # place, so the host holds the states once. Nothing reads them meanwhile: a
+        # checkpoint is on disk before the next round starts (the run waits for each save),
+        # and the round's inputs are copies of the sampled rows. C order: a copy of a
+        # stride-0 view in NumPy's default order would put the client axis innermost.
+        if not self._owned:
+            mine = lambda x: self._own and x.flags.writeable and x.flags.c_contiguous  # noqa: E731
+            self.private = jax.tree.map(lambda x: x if mine(x) else np.array(x, order="C"),
+                                        self.private)
+            self._owned = True
         for i, idx in enumerate(idxs):
             if keep[i]:
-                participation.write(self._member(fresh, i), idx, self._member(rows, i))
-        self.private = fresh
+                participation.write(self._member(self.private, i), idx, self._member(rows, i))
 
     def member_private(self, i: int) -> Any:
         """Member ``i``'s private leaves ``[N, ...]`` (device arrays when resident, else

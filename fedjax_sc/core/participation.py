@@ -91,7 +91,7 @@ def scatter(tree: Any, idx: np.ndarray, rows: Any) -> Any:
     ``rows`` may have more rows than ``idx`` (padding clients added for the device mesh):
     only the first ``len(idx)`` are written.
     """
-    fresh = jax.tree.map(lambda x: np.array(x, copy=True), tree)
+    fresh = jax.tree.map(lambda x: np.array(x, order="C"), tree)
     write(fresh, idx, rows)
     return fresh
 

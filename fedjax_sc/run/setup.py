@@ -114,6 +114,12 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
     return Setup(algorithm, state, client_states, root, train_key, global_private, work)
 
 
+CHUNK_BYTES = 64 << 20
+"""The largest chunk a checkpoint stores an array in (64 MiB): orbax's default is one chunk per
+array, which the writer compresses, and the reader decompresses, in a buffer as large as the
+array (a run's ``[N, V, d]`` client states: twice their size while saving or restoring)."""
+
+
 def checkpoint_manager(folder: Path, *, keep: int | None = None,
                        create: bool = False) -> ocp.CheckpointManager:
     """The orbax manager of a checkpoints folder (``keep``: how many rounds it keeps, all when
@@ -308,7 +314,8 @@ def save_checkpoint(ckpt: ocp.CheckpointManager, r: int, state: ServerState,
     """
     tree = _checkpoint_tree(state, client_states)
     try:
-        ckpt.save(r, args=ocp.args.PyTreeSave(tree))
+        chunks = jax.tree.map(lambda _: ocp.SaveArgs(chunk_byte_size=CHUNK_BYTES), tree)
+        ckpt.save(r, args=ocp.args.PyTreeSave(tree, save_args=chunks))
         ckpt.wait_until_finished()
         kept = {str(s) for s in ckpt.all_steps()}
         digests = {k: v for k, v in _digests(ckpt).items() if k in kept}

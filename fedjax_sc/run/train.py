@@ -266,9 +266,8 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, checked: processes.Agreem
     feed = PopulationFeed(p.round_host, client_states, mesh, [m.seed for m in cs],
                           c.clients_per_round, c.sampling,
                           *((scene.num_clients, scene.share[0]) if scene.share else ()),
-                          padding=cross_device.padding(scene, c.padding))
-    # the feed holds them now: restored ones are freed once it writes its first round
-    del client_states
+                          padding=cross_device.padding(scene, c.padding), own=True)
+    del client_states  # the feed's now: restored ones are written in place, not copied
     rows = int(dict(mesh.shape)[sharding.MEMBERS])
     if feed.partial or mesh.size > 1:
         log(f"{feed.num_sampled} of {feed.num_clients} clients per round "

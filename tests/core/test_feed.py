@@ -53,7 +53,8 @@ def test_client_feed_is_one_member_of_a_population_feed(sampled):
 
 def test_sampled_feed_changes_only_the_sampled_clients_rows():
     data, n = _host(), 5
-    feed = ClientFeed(data, _private(n), sharding.client_mesh(jax.devices()[:1]), 2, seed=1)
+    given = _private(n)
+    feed = ClientFeed(data, given, sharding.client_mesh(jax.devices()[:1]), 2, seed=1)
     start = _private(n)["head"]["w"]
     idx = feed.sample(1)
     _, private = feed.inputs(idx)
@@ -62,7 +63,17 @@ def test_sampled_feed_changes_only_the_sampled_clients_rows():
     np.testing.assert_array_equal(after[idx], start[idx] + 100)
     rest = np.setdiff1d(np.arange(n), idx)
     np.testing.assert_array_equal(after[rest], start[rest])
-    np.testing.assert_array_equal(start, _private(n)["head"]["w"])  # the input is not written
+    np.testing.assert_array_equal(given["head"]["w"], start)  # the input is not written
+    # later rounds write the feed's own copy in place: the host holds the states once
+    idx2 = feed.sample(2)
+    _, private = feed.inputs(idx2)
+    feed.update(idx2, jax.tree.map(lambda x: x + 1000, private))
+    expected = start.copy()
+    expected[idx] += 100
+    expected[idx2] += 1000
+    assert feed.private["head"]["w"] is after
+    np.testing.assert_array_equal(after, expected)
+    np.testing.assert_array_equal(given["head"]["w"], start)
 
 
 def test_feed_errors():
@@ -129,3 +140,33 @@ def test_padding_to_the_sampled_clients_gives_the_global_padding_params(algorith
             np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-9)
     assert len(step.programs) == len(set(widths["global"] + widths["sampled"]
                                          + widths["bucket"]))
+
+
+def test_round_0_views_become_c_contiguous_states_on_the_first_update():
+    # np.array of a stride-0 view keeps its memory order ("K"): the client axis would be the
+    # innermost one, every client's rows scattered and every checkpoint digest a copy
+    from fedjax_sc.core import participation
+    data, n = _host(), 5
+    one = {"head": {"w": np.arange(2 * 3, dtype=np.float32).reshape(2, 3)}}
+    views = participation.broadcast_clients(jax.tree.map(lambda x: x[None], one), n, axis=1,
+                                            host=True)  # [P = 1, N, 2, 3]
+    feed = PopulationFeed(data, views, sharding.population_mesh(1, (1, 1), jax.devices()[:1]),
+                          [1], 2)
+    idxs = feed.sample(1)
+    _, private = feed.inputs(idxs)
+    feed.update(idxs, private, [True])
+    w = feed.private["head"]["w"]
+    assert w.flags.c_contiguous and feed.member_private(0)["head"]["w"].flags.c_contiguous
+    np.testing.assert_array_equal(w[0], np.broadcast_to(one["head"]["w"], (n, 2, 3)))
+
+
+def test_a_feed_given_its_states_writes_them_in_place():
+    data, n = _host(), 5
+    given = _private(n)
+    feed = PopulationFeed(data, given, sharding.client_mesh(jax.devices()[:1]), [1], 2,
+                          member_axis=False, own=True)  # as the training loop's
+    idx = feed.sample(1)[0]
+    _, private = feed.inputs([idx])
+    feed.update([idx], jax.tree.map(lambda x: x + 100, private), [True])
+    assert feed.private["head"]["w"] is given["head"]["w"]
+    np.testing.assert_array_equal(given["head"]["w"][idx], _private(n)["head"]["w"][idx] + 100)
