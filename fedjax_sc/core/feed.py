@@ -177,9 +177,12 @@ class PopulationFeed:
         # and the round's inputs are copies of the sampled rows. C order: a copy of a
         # stride-0 view in NumPy's default order would put the client axis innermost.
         if not self._owned:
-            mine = lambda x: self._own and x.flags.writeable and x.flags.c_contiguous  # noqa: E731
-            self.private = jax.tree.map(lambda x: x if mine(x) else np.array(x, order="C"),
-                                        self.private)
+            def own(x):
+                if self._own and x.flags.writeable and x.flags.c_contiguous:
+                    return x
+                return np.array(x, order="C")
+
+            self.private = jax.tree.map(own, self.private)
             self._owned = True
         for i, idx in enumerate(idxs):
             if keep[i]:

@@ -80,9 +80,7 @@ def aggregation_weights(counts: np.ndarray, sampling: str) -> np.ndarray:
 def gather(tree: Any, idx: np.ndarray, axis: int = 0) -> Any:
     """Rows ``idx`` of every leaf's client axis ``axis`` (1 for a population's ``[P, N, ...]``
     leaves); ``None`` leaves stay ``None``."""
-    if axis == 0:
-        return jax.tree.map(lambda x: x[idx], tree)
-    return jax.tree.map(lambda x: np.take(np.asarray(x), idx, axis=axis), tree)
+    return jax.tree.map(lambda x: x[(slice(None),) * axis + (idx,)], tree)
 
 
 def scatter(tree: Any, idx: np.ndarray, rows: Any) -> Any:
