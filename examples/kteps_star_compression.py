@@ -90,7 +90,7 @@ def iterate(data_dir: str, bands: list[tuple[int, int]], rounds: int, sigma: flo
             params = {PATH[0]: {PATH[1]: table}}
             context = None if mask is None else UploadContext({EMBEDDING_TABLE: mask})
             message, _ = upload.encode(params, state, key, context)
-            return upload.decode(message, state)[PATH[0]][PATH[1]]
+            return upload.decode(message, state, context)[PATH[0]][PATH[1]]
 
         @jax.jit
         def local_round(table, key):

@@ -118,16 +118,22 @@ def bind(loss: ClientLoss, start: ClientStart) -> BoundLoss:
 
 
 class UploadContext(NamedTuple):
-    """What a client knows about its own upload besides the params (simulation plumbing).
+    """What both ends of one client's upload know besides the message (simulation plumbing).
 
     Attributes:
       row_masks: ``{"module/param": bool [rows]}``: for each word-embedding table of the
         upload, True on the rows that belong to the client's local vocabulary V^k (the words
         of its training data, paper Remark 3). A table without an entry has every row real
         (the dense ``[V, d]`` table, Eq. 10 as printed).
+      start: the shared params the client downloaded at the start of the round, laid out as
+        the upload (tables as the client's rows), or ``None`` where the caller has no round
+        (a transform that needs it raises). Both ends hold it: the client downloaded it and
+        the server sent it, so a transform may send the change ``params - start`` and add it
+        back on the server (:func:`fedjax_sc.algorithms.model_change.model_change`).
     """
 
     row_masks: Mapping[str, jax.Array] = {}
+    start: Params | None = None
 
 
 Diagnostics = dict[str, jax.Array]
@@ -140,16 +146,17 @@ class UploadTransform(NamedTuple):
 
     ``init(params) -> state`` builds the transform's state from the shared params (kept in the
     server state, the same for every client); ``encode(params, state, rng, context) ->
-    (message, diagnostics)`` runs on the client on its trained shared leaves (``context`` an
-    :class:`UploadContext`, or ``None`` for the server's full tables); ``decode(message,
-    state) -> params`` runs on the server on each client's message before aggregation and
-    returns params with the shapes the client encoded. The message is what crosses the
-    network; it never holds a private leaf (the round removes them before ``encode``).
+    (message, diagnostics)`` runs on the client on its trained shared leaves; ``decode(message,
+    state, context) -> params`` runs on the server on each client's message before
+    aggregation and returns params with the shapes the client encoded. Both get the client's
+    :class:`UploadContext` (its row masks, the params it started the round from), or ``None``
+    outside a round (the server's full tables). The message is what crosses the network; it
+    never holds a private leaf (the round removes them before ``encode``).
     """
 
     init: Callable[[Params], Any]
     encode: Callable[[Params, Any, jax.Array, UploadContext | None], tuple[Any, Diagnostics]]
-    decode: Callable[[Any, Any], Params]
+    decode: Callable[[Any, Any, UploadContext | None], Params]
 
 
 def identity_upload() -> UploadTransform:
@@ -163,8 +170,8 @@ def identity_upload() -> UploadTransform:
         del state, rng, context
         return params, {}
 
-    def decode(message, state):
-        del state
+    def decode(message, state, context=None):
+        del state, context
         return message
 
     return UploadTransform(init, encode, decode)
@@ -174,9 +181,10 @@ def chain(*transforms: UploadTransform) -> UploadTransform:
     """Composes upload transforms: encodes with ``transforms`` in order, decodes in reverse.
 
     Transform i+1 sees transform i's message. The state is the tuple of the parts' states
-    (part i+1's ``init`` gets part i's message of the initial params); transform i encodes
-    with ``fold_in(rng, i)``, so no two parts share a key. Every part gets the same context;
-    the diagnostics are merged (a name reported twice raises ``ValueError``).
+    (part i+1's ``init`` gets part i's message of the initial params, encoded with them as
+    ``UploadContext.start``: a client that has not moved); transform i encodes with
+    ``fold_in(rng, i)``, so no two parts share a key. Every part encodes and decodes with the
+    same context; the diagnostics are merged (a name reported twice raises ``ValueError``).
 
     Example (KTEPS*, Li et al. 2021, Alg. 1 lines 13-14)::
 
@@ -184,10 +192,10 @@ def chain(*transforms: UploadTransform) -> UploadTransform:
     """
 
     def init(params):
-        states = []
+        states, context = [], UploadContext(start=params)  # a client that has not moved
         for t in transforms:
             states.append(t.init(params))
-            params, _ = t.encode(params, states[-1], jax.random.key(0), None)
+            params, _ = t.encode(params, states[-1], jax.random.key(0), context)
         return tuple(states)
 
     def check(state):
@@ -206,10 +214,10 @@ def chain(*transforms: UploadTransform) -> UploadTransform:
             diagnostics.update(d)
         return params, diagnostics
 
-    def decode(message, state):
+    def decode(message, state, context=None):
         check(state)
         for t, s in reversed(list(zip(transforms, state))):
-            message = t.decode(message, s)
+            message = t.decode(message, s, context)
         return message
 
     return UploadTransform(init, encode, decode)

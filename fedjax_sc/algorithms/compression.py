@@ -138,8 +138,8 @@ def pca_compress(d1: int, d2: int, table: str = EMBEDDING_TABLE,
         return (_set(params, path, Compressed(coefficients, basis)),
                 {"energy_kept": energy_kept(values, d1, d2)})
 
-    def decode(message, state):
-        del state
+    def decode(message, state, context=None):
+        del state, context
         c = _get(message, path, table)
         if not isinstance(c, Compressed):
             raise ValueError(f"pca_compress.decode: {table} of the message is not Compressed")

@@ -52,8 +52,8 @@ def gaussian_noise(sigma: float) -> UploadTransform:
                  for i, x in enumerate(leaves)]
         return jax.tree.unflatten(treedef, noisy), {}
 
-    def decode(message, state):
-        del state
+    def decode(message, state, context=None):
+        del state, context
         return message
 
     return UploadTransform(init, encode, decode)

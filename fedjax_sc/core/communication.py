@@ -125,7 +125,7 @@ def account(algorithm: Algorithm, state: ServerState, clients: ClientData,
         rows_per_client = [{t: int(get_leaf(params, tuple(t.split("/"))).shape[0])
                             for t in tables}] * clients.num_clients
         local = params
-        context = UploadContext()
+        masks_of = {}
     else:
         per_client = np.asarray(masks).sum(axis=1)
         rows_per_client = [{t: int(n) for t in tables} for n in per_client]
@@ -133,8 +133,9 @@ def account(algorithm: Algorithm, state: ServerState, clients: ClientData,
         local = traverse_util.unflatten_dict({
             p: (jax.ShapeDtypeStruct((width,) + v.shape[1:], v.dtype)
                 if "/".join(p) in tables else v) for p, v in flat.items()})
-        context = UploadContext({t: jax.ShapeDtypeStruct((width,), bool) for t in tables})
+        masks_of = {t: jax.ShapeDtypeStruct((width,), bool) for t in tables}
     struct = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), local)
+    context = UploadContext(masks_of, struct)  # the model downloaded: laid out as the upload
     message, _ = jax.eval_shape(
         lambda p, c: algorithm.upload.encode(p, state.upload_state, jax.random.key(0), c),
         struct, context)

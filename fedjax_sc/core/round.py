@@ -135,8 +135,8 @@ class RoundParts(NamedTuple):
         what the algorithm's ``client_end`` hook sends besides the upload (``()`` without).
       encode: ``(server_state, shared, clients, rng) -> (messages, diagnostics)``: every
         client's upload transform; ``diagnostics`` ``{name: [K]}``.
-      decode: ``(server_state, messages) -> uploads``: the server's decoding of each message,
-        same structure as ``shared``.
+      decode: ``(server_state, messages, clients) -> uploads``: the server's decoding of each
+        message, same structure as ``shared``.
       aggregate: ``(server_state, uploads, clients, steps=None, messages=()) ->
         server_state``: weighted mean with N^k / N (tables by rows when local), the server
         optimizer, then the algorithm's ``server_update`` hook (which reads ``messages``);
@@ -246,16 +246,25 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         upload_key = jax.random.fold_in(jax.random.fold_in(rng, state.round), streams.UPLOAD)
         keys = jax.vmap(lambda k: jax.random.fold_in(upload_key, k))(
             jnp.arange(clients.num_clients))
-        masks = row_masks(clients)
-        sent = copies.without_copies(state.params, algorithm.local_copies)
-        keyed = {"/".join(p): masks for p in tables(sent, clients)}
-        return jax.vmap(lambda params, key, m: upload.encode(
-            params, state.upload_state, key, UploadContext(m)))(shared, keys, keyed)
+        return jax.vmap(lambda params, key, context: upload.encode(
+            params, state.upload_state, key, context))(shared, keys, contexts(state, clients))
 
-    def decode(state: ServerState, messages):
+    def decode(state: ServerState, messages, clients: ClientData):
         if not jax.tree.leaves(messages):
             return messages
-        return jax.vmap(lambda m: upload.decode(m, state.upload_state))(messages)
+        return jax.vmap(lambda m, context: upload.decode(m, state.upload_state, context))(
+            messages, contexts(state, clients))
+
+    def contexts(state: ServerState, clients: ClientData) -> UploadContext:
+        """Every client's :class:`UploadContext`, stacked ``[K, ...]``: its row masks and the
+        shared params it downloaded (tables as its rows), as the upload is laid out."""
+        sent = copies.without_copies(state.params, algorithm.local_copies)
+        rows = tables(sent, clients)
+        masks = row_masks(clients)
+        ids = (clients.vocab_ids if clients.vocab_ids is not None
+               else jnp.zeros((clients.num_clients, 1), jnp.int32))
+        start = jax.vmap(lambda i: gather_table_rows(sent, i, rows))(ids)
+        return UploadContext({"/".join(p): masks for p in rows}, start)
 
     def aggregate(state: ServerState, uploads: Params, clients: ClientData,
                   steps: jax.Array | None = None, messages: Any = ()) -> ServerState:
@@ -349,7 +358,7 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
         shared, client_states, metrics, sent = parts.local_training(state, client_states,
                                                                     clients, rng)
         messages, diagnostics = parts.encode(state, shared, clients, rng)
-        new_state = parts.aggregate(state, parts.decode(state, messages), clients,
+        new_state = parts.aggregate(state, parts.decode(state, messages, clients), clients,
                                     metrics.steps, sent)
         if set(diagnostics) & set(metrics.aux):
             raise ValueError(f"upload diagnostics {sorted(diagnostics)} collide with the "

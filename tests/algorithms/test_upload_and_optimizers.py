@@ -16,7 +16,7 @@ def _scale(factor):
         return jnp.asarray(factor, jnp.float32)
     def encode(params, state, rng, context=None):
         return jax.tree.map(lambda x: x * state, params), {}
-    def decode(message, state):
+    def decode(message, state, context=None):
         return jax.tree.map(lambda x: x / state, message)
     return UploadTransform(init, encode, decode)
 
@@ -24,7 +24,7 @@ def _scale(factor):
 def _shift(amount):
     return UploadTransform(lambda p: (),
                            lambda p, s, r, c=None: (jax.tree.map(lambda x: x + amount, p), {}),
-                           lambda m, s: jax.tree.map(lambda x: x - amount, m))
+                           lambda m, s, c=None: jax.tree.map(lambda x: x - amount, m))
 
 
 def test_chain_encodes_in_order_and_decodes_in_reverse():

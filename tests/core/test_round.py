@@ -238,7 +238,7 @@ def test_upload_message_never_holds_a_private_leaf(scene, model):
         seen.append(leaf_paths(params))  # runs at trace time: the message's structure
         return params, {}
 
-    recorder = UploadTransform(lambda p: (), encode, lambda m, s: m)
+    recorder = UploadTransform(lambda p: (), encode, lambda m, s, c: m)
     alg = fedavg(model, 0.1)._replace(leaf_rules=FEDPER_RULES, upload=recorder)
     state, clients = _states(model, scene, alg)
     rnd.make_round_step(alg, batch_size=4, local_epochs=1)(
