@@ -280,7 +280,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         # the clients downloaded (mod:`fedjax_sc.core.copies`)
         base = copies.without_copies(state.params, algorithm.local_copies)
         if work.aggregation == "fednova":
-            uploads = normalised_uploads(base, uploads, clients, weights, steps)
+            uploads = normalised_uploads(state, uploads, clients, weights, steps)
         flat = traverse_util.flatten_dict(uploads)
         by_rows = {p: flat.pop(p) for p in tables(base, clients)}
         params = algorithm.aggregator(traverse_util.unflatten_dict(flat), weights)
@@ -309,15 +309,11 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                            keep(state.opt_state, opt_state), state.upload_state,
                            keep(state.algorithm, server))
 
-    def normalised_uploads(params, uploads, clients, weights, steps):
+    def normalised_uploads(state, uploads, clients, weights, steps):
         """FedNova: every upload moved tau_eff / ||a_k|| along its own update."""
         scale = fednova.scales(weights, steps, work.scan_length(
             batch_size, local_epochs, clients.tokens.shape[1]), work.momentum, work.prox)
-        rows = tables(params, clients)
-        start = traverse_util.unflatten_dict({
-            p: (jax.vmap(lambda ids, t=get_leaf(params, p): t[ids])(clients.vocab_ids)
-                if p in rows else x) for p, x in traverse_util.flatten_dict(params).items()})
-        return fednova.rescale(start, uploads, scale)
+        return fednova.rescale(contexts(state, clients).start, uploads, scale)
 
     return RoundParts(local_training, encode, decode, aggregate)
 
