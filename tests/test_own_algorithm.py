@@ -127,3 +127,15 @@ def test_the_communication_figures_count_what_the_hooks_send(example, scene, mod
         np.testing.assert_array_equal(getattr(scaffold, field), 2 * getattr(plain, field))
         np.testing.assert_array_equal(getattr(feddyn, field), getattr(plain, field))
     assert plain.download_floats.min() < sum(x.size for x in jax.tree.leaves(params))
+
+
+def test_the_compressed_uploads_example_sends_what_its_compressor_says(tmp_path):
+    example = EXAMPLE.parent / "compressed_uploads.py"
+    ratios = {}
+    for name in ("top_tenth", "four_bits"):
+        assert cli.main(["train", "--algorithm", f"{example}:{name}", *TINY, "--ap-evals",
+                         "1", "--out", str(tmp_path / name)]) in (0, None)
+        report = json.loads((tmp_path / name / "report.json").read_text())
+        ratios[name] = report["communication"]["upload_sent_over_dense"]
+    # a tenth of the entries as values and int32 indices; 4-bit codes and two float32 bounds
+    assert 0.15 < ratios["top_tenth"] <= 0.3 and ratios["four_bits"] < 0.3
