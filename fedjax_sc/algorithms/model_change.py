@@ -20,11 +20,11 @@ Example (FedAvg sending a tenth of its change)::
 
     fedavg(model)._replace(upload=chain(model_change(), top_k(0.1)))
 
-Choices left open, as implemented: the fraction and the levels are per leaf and per client
-(a word table counts the rows it is uploaded with: every client of a round pads its
-local-vocabulary rows to the same number, so every client sends the same k); no error
-feedback (the part of the change top-k drops is lost, not carried to the next round: that
-needs a memory per client, which an upload transform does not keep yet).
+Choices left open, as implemented: the fraction and the levels are per leaf and per client;
+a word table uploaded by rows counts the client's own rows (``UploadContext.row_masks``: its
+padding rows are never sent, and k follows its vocabulary's size); no error feedback (the
+part of the change top-k drops is lost, not carried to the next round: that needs a memory
+per client, which an upload transform does not keep yet).
 """
 
 from __future__ import annotations
