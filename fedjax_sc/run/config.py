@@ -32,7 +32,7 @@ from fedjax_sc.algorithms.context import is_spec, load
 from fedjax_sc.algorithms.noise import PAPER_SIGMA
 from fedjax_sc.core import personalize
 from fedjax_sc.data import flwr_partition, scenes
-from fedjax_sc.run import ranges, registry, table_scene
+from fedjax_sc.run import ranges, registry, table_scene, uploads
 from fedjax_sc.run.plumbing.flags import flag
 from fedjax_sc.run.registry import ALGORITHMS
 
@@ -116,7 +116,9 @@ class TrainConfig:
         line 14); None = the scene's preset for an algorithm that uploads (fdu, iyy: the
         paper's 0.01, Sec. 5.2), else the algorithm's builder's (kteps_star: 0.01, Alg. 1;
         every other: none), so the library and the CLI train the same run; always 0 for
-        indiv, fs and asp (:func:`fedjax_sc.run.registry.upload_settings`).
+        indiv, fs and asp (:func:`fedjax_sc.run.uploads.upload_settings`).
+      upload_compression: send the model change compressed: ``none``, ``topk:FRACTION`` or
+        ``bits:BITS`` (:mod:`fedjax_sc.run.uploads`; not with ``pca_band``).
       dp_clip: DP-SGD per-example clipping norm C on the shared leaves (None: no DP-SGD).
       dp_noise: DP-SGD noise multiplier z (noise std z * C on the summed clipped gradient).
       dp_delta: the delta at which the report states each client's epsilon.
@@ -256,6 +258,7 @@ class TrainConfig:
     pca_band: tuple[int, int] | None = None
     pca_center: bool = registry.default("pca_center")
     upload_noise: float | None = None
+    upload_compression: str = "none"
     dp_clip: float | None = None
     dp_noise: float = 0.0
     dp_delta: float = 1e-5
@@ -401,15 +404,9 @@ class TrainConfig:
                                  f"{getattr(c, name)}")
         if self.upload_noise is None and c.algorithm in registry.NO_UPLOAD:
             c.upload_noise = None  # nothing uploaded: the scene's noise does not apply
-        c.pca_band, c.upload_noise = registry.upload_settings(c.algorithm, c.embed_dim,
-                                                              c.pca_band, c.upload_noise)
-        if c.pca_band is not None:
-            c.pca_band = tuple(int(x) for x in c.pca_band)
-            if len(c.pca_band) != 2 or not 1 <= c.pca_band[0] <= c.pca_band[1] <= c.embed_dim:
-                raise ValueError(f"pca_band must be (d1, d2) with 1 <= d1 <= d2 <= d = "
-                                 f"{c.embed_dim}, got {c.pca_band}")
-        if c.upload_noise < 0 or c.dp_noise < 0:
-            raise ValueError("upload_noise and dp_noise must be >= 0")
+        c.pca_band, c.upload_noise = uploads.upload_settings(c.algorithm, c.embed_dim,
+                                                             c.pca_band, c.upload_noise)
+        uploads.check(c)  # --pca-band, --upload-noise, --upload-compression
         if c.dp_clip is not None and not c.dp_clip > 0:
             raise ValueError(f"dp_clip must be > 0, got {c.dp_clip}")
         if not 0 < c.dp_delta < 1:

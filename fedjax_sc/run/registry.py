@@ -36,7 +36,8 @@ asp            ASPClassifier, centralised multi-task, adversarial              L
 
 Every model takes the optional FURL user vector (``furl_dim``, Bui et al. 2019). Every
 federated algorithm uploads with the paper's noise (sigma 0.01, Sec. 5.2; ``upload_noise``,
-see :func:`upload_settings`) and can also upload through KTEPS*'s compression (``pca_band``),
+see :func:`fedjax_sc.run.uploads.upload_settings`) and can also upload through KTEPS*'s
+compression (``pca_band``) or send its model change compressed (``upload_compression``),
 train its shared leaves with DP-SGD (``dp_clip``, ``dp_noise``) and update the server with a
 FedOpt optimizer (``server_opt``, Reddi et al. 2021).
 """
@@ -72,10 +73,9 @@ from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.fedfusion import fedfusion
 from fedjax_sc.algorithms.fedper import fedper
 from fedjax_sc.algorithms.fs import fs
-from fedjax_sc.algorithms.hparams import is_traced, is_zero
+from fedjax_sc.algorithms.hparams import is_zero
 from fedjax_sc.algorithms.indiv import indiv
 from fedjax_sc.algorithms.kteps import kteps
-from fedjax_sc.algorithms.kteps_star import default_band, kteps_star, private_upload
 from fedjax_sc.algorithms.lg_fedavg import lg_fedavg
 from fedjax_sc.algorithms.losses import HSIC_NORMALIZATIONS
 from fedjax_sc.algorithms.optimizers import client_sgd
@@ -84,6 +84,7 @@ from fedjax_sc.models.asp import ASPClassifier
 from fedjax_sc.models.fusion import CONV_INITS, FUSIONS, FusionClassifier
 from fedjax_sc.models.private_shared import PrivateSharedClassifier
 from fedjax_sc.models.text_classifier import TextClassifier
+from fedjax_sc.run.uploads import run_upload, upload_settings
 
 SINGLE_BRANCH = {"fedavg": fedavg, "fedper": fedper, "lg_fedavg": lg_fedavg, "indiv": indiv,
                  "fs": fs}
@@ -283,30 +284,11 @@ def default(option: str) -> Any:
     return inspect.signature(o.builder).parameters[o.param].default
 
 
-def upload_settings(name: str, embed_dim: int, pca_band: tuple[int, int] | None,
-                    upload_noise: float | None) -> tuple[tuple[int, int] | None, float]:
-    """The PCA band and noise sigma an algorithm uploads with, each None replaced by its default.
-
-    Noise: the builder's default, written once in the builder: kteps_star's ``sigma``
-    (:data:`~fedjax_sc.algorithms.noise.PAPER_SIGMA`, Alg. 1 line 14), none for every other
-    algorithm, as ``fsc.fedavg(model)`` uploads. The paper's scenes preset the paper's sigma
-    for every federated method (``TrainConfig.resolved``, Li et al. 2021, Sec. 5.2). Band:
-    kteps_star's is the paper's band scaled to d
-    (:func:`~fedjax_sc.algorithms.kteps_star.default_band`), the others' no compression.
-    """
-    if name == "kteps_star":
-        pca_band = pca_band or default_band(embed_dim)
-    if upload_noise is None:
-        upload_noise = (inspect.signature(kteps_star).parameters["sigma"].default
-                        if name == "kteps_star" else 0.0)
-    return pca_band, upload_noise if is_traced(upload_noise) else float(upload_noise)
-
-
 def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: int,
                     num_clients: int | None = None, pca_band: tuple[int, int] | None = None,
-                    upload_noise: float | None = None, dp_clip: float | None = None,
-                    dp_noise: float = 0.0, server_opt: str | None = None,
-                    **options: Any) -> Algorithm:
+                    upload_noise: float | None = None, upload_compression: str = "none",
+                    dp_clip: float | None = None, dp_noise: float = 0.0,
+                    server_opt: str | None = None, **options: Any) -> Algorithm:
     """The model and algorithm called ``name`` (see the module table).
 
     Args:
@@ -314,7 +296,9 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
       vocab_size, num_classes, embed_dim: the model's V, C and d.
       num_clients: ASP's number of domains.
       pca_band, upload_noise: the upload's PCA band (d1, d2) and noise sigma; None: the
-        algorithm's (:func:`upload_settings`).
+        algorithm's (:func:`fedjax_sc.run.uploads.upload_settings`).
+      upload_compression: the model change compressed (:func:`fedjax_sc.run.uploads.
+        compression`: ``none``, ``topk:FRACTION``, ``bits:BITS``), before band and noise.
       dp_clip, dp_noise: DP-SGD on the shared leaves (C, None = off; noise multiplier z).
       server_opt: a FedOpt server (None: the aggregate is the new model).
       **options: any of :data:`OPTIONS`; one left out takes its builder's default. The loss settings
@@ -332,8 +316,9 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
     if is_spec(name):
         return user_algorithm(name, vocab_size=vocab_size, num_classes=num_classes,
                               embed_dim=embed_dim, num_clients=num_clients, pca_band=pca_band,
-                              upload_noise=upload_noise, dp_clip=dp_clip, dp_noise=dp_noise,
-                              server_opt=server_opt, **options)
+                              upload_noise=upload_noise, upload_compression=upload_compression,
+                              dp_clip=dp_clip, dp_noise=dp_noise, server_opt=server_opt,
+                              **options)
     # only what READ_BY says the algorithm reads: reading any other option is a KeyError, so
     # the table that resume and the stores compare by cannot drift from what is built here
     o = {k: options[k] if k in options else default(k) for k in OPTIONS if reads(name, k)}
@@ -398,8 +383,8 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
         algorithm = builder(model_class(**dims), **opt, **own)
     else:
         raise ValueError(f"unknown algorithm {name!r}; choose from {ALGORITHMS}")
-    algorithm = algorithm._replace(upload=private_upload(pca_band, upload_noise,
-                                                         o["pca_center"]))
+    algorithm = algorithm._replace(upload=run_upload(pca_band, upload_noise, o["pca_center"],
+                                                     upload_compression))
     return _run_wrappers(algorithm, o, dp_clip, dp_noise, server_opt)
 
 
@@ -419,14 +404,14 @@ def _run_wrappers(algorithm: Algorithm, o: dict[str, Any], dp_clip: float | None
 
 def user_algorithm(spec: str, *, vocab_size: int, num_classes: int, embed_dim: int,
                    num_clients: int | None, pca_band: tuple[int, int] | None = None,
-                   upload_noise: float | None = None, dp_clip: float | None = None,
-                   dp_noise: float = 0.0, server_opt: str | None = None,
-                   **options: Any) -> Algorithm:
+                   upload_noise: float | None = None, upload_compression: str = "none",
+                   dp_clip: float | None = None, dp_noise: float = 0.0,
+                   server_opt: str | None = None, **options: Any) -> Algorithm:
     """A researcher's algorithm, ``spec`` = ``path/to/file.py:FUNCTION`` or
     ``package.module:FUNCTION``: ``FUNCTION(BuildContext)`` (:mod:`fedjax_sc.algorithms.
-    context`) returns it; the run's upload flags (``--pca-band``, ``--upload-noise``, chained
-    after the algorithm's own upload), ``--dp-clip`` and ``--server-opt`` wrap it as they wrap
-    a built-in one. Only the options every algorithm reads apply (lr, momentum, sizes).
+    context`) returns it; the run's upload flags (``--upload-compression``, ``--pca-band``,
+    ``--upload-noise``, chained after the algorithm's own upload), ``--dp-clip`` and
+    ``--server-opt`` wrap it as they wrap a built-in one. Only the options every algorithm reads apply (lr, momentum, sizes).
 
     Raises:
       ValueError: the function cannot be loaded, or does not return an ``Algorithm``.
@@ -443,7 +428,7 @@ def user_algorithm(spec: str, *, vocab_size: int, num_classes: int, embed_dim: i
         raise ValueError(f"--algorithm {spec!r} returned {type(algorithm).__name__}, not a "
                          f"fedjax_sc.Algorithm")
     pca_band, upload_noise = upload_settings(spec, embed_dim, pca_band, upload_noise)
-    extra = private_upload(pca_band, upload_noise, o["pca_center"])
-    if pca_band is not None or not is_zero(upload_noise):
-        algorithm = algorithm._replace(upload=chain(algorithm.upload, extra))
+    if pca_band is not None or not is_zero(upload_noise) or upload_compression != "none":
+        algorithm = algorithm._replace(upload=chain(algorithm.upload, run_upload(
+            pca_band, upload_noise, o["pca_center"], upload_compression)))
     return _run_wrappers(algorithm, o, dp_clip, dp_noise, server_opt)

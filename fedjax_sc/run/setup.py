@@ -62,8 +62,8 @@ def algorithm_options(c: TrainConfig, scene: scenes.Scene) -> dict[str, Any]:
     return dict(
         name=c.algorithm, vocab_size=len(scene.vocab), num_classes=scene.num_classes,
         embed_dim=c.embed_dim, num_clients=scene.num_clients, pca_band=c.pca_band,
-        upload_noise=c.upload_noise, dp_clip=c.dp_clip, dp_noise=c.dp_noise,
-        server_opt=c.server_opt,
+        upload_noise=c.upload_noise, upload_compression=c.upload_compression,
+        dp_clip=c.dp_clip, dp_noise=c.dp_noise, server_opt=c.server_opt,
         **{o: getattr(c, registry.config_field(o)) for o in registry.OPTIONS})
 
 
@@ -91,7 +91,7 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
         raise ValueError(f"{c.algorithm} is trained centrally: --local-steps, --client-dropout, "
                          f"--straggler-fraction and --aggregation do not apply")
     if algorithm.central is not None and (c.dp_clip is not None or c.pca_band
-                                          or c.upload_noise):
+                                          or c.upload_noise or c.upload_compression != "none"):
         raise ValueError(f"{c.algorithm} is trained centrally: upload compression, upload "
                          f"noise and DP-SGD do not apply")
     matrix = None
