@@ -32,7 +32,8 @@ from fedjax_sc.algorithms.context import is_spec, load
 from fedjax_sc.algorithms.noise import PAPER_SIGMA
 from fedjax_sc.core import personalize
 from fedjax_sc.data import flwr_partition, scenes
-from fedjax_sc.run import ranges, registry, table_scene, uploads
+from fedjax_sc.run import ranges, registry, table_scene
+from fedjax_sc.run.plumbing import uploads
 from fedjax_sc.run.plumbing.flags import flag
 from fedjax_sc.run.registry import ALGORITHMS
 
@@ -116,9 +117,9 @@ class TrainConfig:
         line 14); None = the scene's preset for an algorithm that uploads (fdu, iyy: the
         paper's 0.01, Sec. 5.2), else the algorithm's builder's (kteps_star: 0.01, Alg. 1;
         every other: none), so the library and the CLI train the same run; always 0 for
-        indiv, fs and asp (:func:`fedjax_sc.run.uploads.upload_settings`).
+        indiv, fs and asp (:func:`fedjax_sc.run.plumbing.uploads.upload_settings`).
       upload_compression: send the model change compressed: ``none``, ``topk:FRACTION`` or
-        ``bits:BITS`` (:mod:`fedjax_sc.run.uploads`; not with ``pca_band``).
+        ``bits:BITS`` (:mod:`fedjax_sc.run.plumbing.uploads`; not with ``pca_band``).
       dp_clip: DP-SGD per-example clipping norm C on the shared leaves (None: no DP-SGD).
       dp_noise: DP-SGD noise multiplier z (noise std z * C on the summed clipped gradient).
       dp_delta: the delta at which the report states each client's epsilon.

@@ -36,8 +36,9 @@ asp            ASPClassifier, centralised multi-task, adversarial              L
 
 Every model takes the optional FURL user vector (``furl_dim``, Bui et al. 2019). Every
 federated algorithm uploads with the paper's noise (sigma 0.01, Sec. 5.2; ``upload_noise``,
-see :func:`fedjax_sc.run.uploads.upload_settings`) and can also upload through KTEPS*'s
-compression (``pca_band``) or send its model change compressed (``upload_compression``),
+see :func:`fedjax_sc.run.plumbing.uploads.upload_settings`) and can also upload through
+KTEPS*'s compression (``pca_band``) or send its model change compressed
+(``upload_compression``),
 train its shared leaves with DP-SGD (``dp_clip``, ``dp_noise``) and update the server with a
 FedOpt optimizer (``server_opt``, Reddi et al. 2021).
 """
@@ -84,7 +85,7 @@ from fedjax_sc.models.asp import ASPClassifier
 from fedjax_sc.models.fusion import CONV_INITS, FUSIONS, FusionClassifier
 from fedjax_sc.models.private_shared import PrivateSharedClassifier
 from fedjax_sc.models.text_classifier import TextClassifier
-from fedjax_sc.run.uploads import run_upload, upload_settings
+from fedjax_sc.run.plumbing.uploads import run_upload, upload_settings
 
 SINGLE_BRANCH = {"fedavg": fedavg, "fedper": fedper, "lg_fedavg": lg_fedavg, "indiv": indiv,
                  "fs": fs}
@@ -296,8 +297,8 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
       vocab_size, num_classes, embed_dim: the model's V, C and d.
       num_clients: ASP's number of domains.
       pca_band, upload_noise: the upload's PCA band (d1, d2) and noise sigma; None: the
-        algorithm's (:func:`fedjax_sc.run.uploads.upload_settings`).
-      upload_compression: the model change compressed (:func:`fedjax_sc.run.uploads.
+        algorithm's (:func:`fedjax_sc.run.plumbing.uploads.upload_settings`).
+      upload_compression: the model change compressed (:func:`fedjax_sc.run.plumbing.uploads.
         compression`: ``none``, ``topk:FRACTION``, ``bits:BITS``), before band and noise.
       dp_clip, dp_noise: DP-SGD on the shared leaves (C, None = off; noise multiplier z).
       server_opt: a FedOpt server (None: the aggregate is the new model).
@@ -411,7 +412,8 @@ def user_algorithm(spec: str, *, vocab_size: int, num_classes: int, embed_dim: i
     ``package.module:FUNCTION``: ``FUNCTION(BuildContext)`` (:mod:`fedjax_sc.algorithms.
     context`) returns it; the run's upload flags (``--upload-compression``, ``--pca-band``,
     ``--upload-noise``, chained after the algorithm's own upload), ``--dp-clip`` and
-    ``--server-opt`` wrap it as they wrap a built-in one. Only the options every algorithm reads apply (lr, momentum, sizes).
+    ``--server-opt`` wrap it as they wrap a built-in one. Only the options every algorithm
+    reads apply (lr, momentum, sizes).
 
     Raises:
       ValueError: the function cannot be loaded, or does not return an ``Algorithm``.

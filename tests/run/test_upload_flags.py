@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from fedjax_sc.algorithms.model_change import Sparse
-from fedjax_sc.run import cli, uploads
+from fedjax_sc.run import cli
+from fedjax_sc.run.plumbing import uploads
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "compressed_uploads.py"
 TINY = ["--scene", "synthetic", "--synthetic-clients", "2", "--synthetic-train", "12",

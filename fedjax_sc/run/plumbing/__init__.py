@@ -1,3 +1,4 @@
 """Beneath the application, knowing nothing of it: several processes (:mod:`.processes`),
-experiment tracking (:mod:`.tracking`), flag spelling (:mod:`.flags`) and the figures'
-matplotlib plumbing with the run's own figure (:mod:`.figures`)."""
+experiment tracking (:mod:`.tracking`), flag spelling (:mod:`.flags`), the figures'
+matplotlib plumbing with the run's own figure (:mod:`.figures`) and the upload flags made one
+upload transform (:mod:`.uploads`: their defaults, checks and chain)."""
