@@ -35,7 +35,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
+from flax import struct, traverse_util
 
 from fedjax_sc.algorithms.base import Params, UploadContext, UploadTransform
 
@@ -169,17 +169,13 @@ def top_k(fraction: float) -> UploadTransform:
     def encode(params, state, rng, context=None):
         del state, rng
         masks = {} if context is None else context.row_masks
-        leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
-        message, kept, total = [], 0.0, 0.0
-        for path, x in leaves:
-            if not jnp.issubdtype(x.dtype, jnp.floating):
-                message.append(x)
-                continue
-            sparse, energy = one(x, masks.get(_name(path)))
-            message.append(sparse)
-            kept, total = kept + jnp.sum(jnp.square(sparse.values)), total + energy
+        message, kept, total = traverse_util.flatten_dict(params), 0.0, 0.0
+        for path, x in message.items():  # row_masks are keyed by the "/"-joined path
+            if jnp.issubdtype(x.dtype, jnp.floating):
+                message[path], energy = one(x, masks.get("/".join(path)))
+                kept, total = kept + jnp.sum(jnp.square(message[path].values)), total + energy
         share = jnp.where(total > 0, kept / jnp.maximum(total, 1e-30), 1.0)
-        return (jax.tree.unflatten(treedef, message),
+        return (traverse_util.unflatten_dict(message),
                 {"topk_kept": jnp.asarray(share, jnp.float32)})
 
     def decode(message, state, context=None):
@@ -190,11 +186,6 @@ def top_k(fraction: float) -> UploadTransform:
                             is_leaf=lambda s: isinstance(s, Sparse))
 
     return UploadTransform(_no_state, encode, decode)
-
-
-def _name(path) -> str:
-    """``"module/param"`` of a params path (the keys of ``UploadContext.row_masks``)."""
-    return "/".join(str(getattr(k, "key", k)) for k in path)
 
 
 def probabilistic_quantization(bits: int) -> UploadTransform:
