@@ -1,0 +1,57 @@
+#!/bin/bash
+# Lands the finished runs of examples/fdu_queue.sh in this checkout's results/fdu/: a paper
+# table's new cells through `fedjax-sc results export` and `results render` (its table, heatmap
+# and convergence figure), a method beyond the paper as its small files in
+# results/fdu/beyond-50-rounds/METHOD[-seedS]/, then that folder's table.md and convergence
+# figure anew (examples/beyond_table.py, against the committed FedAvg, FedPer and KTEPS seed-0
+# runs). A run already in results/ with its report is left as it is; an unfinished one is not
+# touched. Prints what it landed; results/fdu/beyond.md's prose is written by hand.
+#
+#   bash examples/fdu_land.sh && git status --short results/
+#
+# OUT (default ~/fedjax_runs) and PYTHON (default /work/main/.venv/bin/python) may be set.
+set -eu
+cd "$(dirname "$0")/.."
+R=${OUT:-$HOME/fedjax_runs}
+PY=${PYTHON:-/work/main/.venv/bin/python}
+F="env PYTHONPATH=$PWD $PY -m fedjax_sc.run.cli"
+for t in table4 table8 table7; do
+  cells=""
+  for report in "$R/reproduce-$t"/fdu/*/seed-0/report.json; do
+    [ -f "$report" ] || continue
+    cell=$(basename "$(dirname "$(dirname "$report")")")
+    [ -f "results/fdu/$t/$cell-seed0/report.json" ] || cells="$cells $cell"
+  done
+  if [ -n "$cells" ]; then
+    $F results export --table $t --scene fdu --store "$R/reproduce-$t" --methods $cells
+    $F results render --table $t --scene fdu > /dev/null
+    echo "results/fdu/$t.md rendered anew"
+  fi
+done
+
+B=results/fdu/beyond-50-rounds
+new=""
+for report in "$R"/beyond50/*/report.json; do
+  [ -f "$report" ] || continue
+  run=$(dirname "$report")
+  dest="$B/$(basename "$run")"
+  [ -f "$dest/report.json" ] && continue
+  rm -rf "$dest" && mkdir -p "$dest"  # a partial export of the same run, replaced
+  for f in config.json metrics.jsonl report.json report.md test_hits.json convergence.png; do
+    if [ -f "$run/$f" ]; then cp "$run/$f" "$dest/"; fi
+  done
+  echo "$(basename "$run"): landed in $dest"
+  new=1
+done
+if [ -n "$new" ]; then
+  methods="fedavg fedper kteps"
+  for m in scaffold ditto feddyn fedrod fedbabu fedrep apfl moon per_fedavg pfedme; do
+    if [ -f "$B/$m/report.json" ]; then methods="$methods $m"; fi
+  done
+  T=results/fdu/table3
+  $PY examples/beyond_table.py $B --run fedavg=$T/fedavg-seed0 --run fedper=$T/fedper-seed0 \
+    --run kteps=$T/kteps-seed0 --reference fedavg kteps --methods $methods \
+    --figure $B/convergence.png > $B/table.md.new
+  mv $B/table.md.new $B/table.md
+  echo "$B/table.md and convergence.png written anew"
+fi

@@ -1,0 +1,94 @@
+#!/bin/bash
+# The 50-round FDU-MTL runs that results/fdu/ still lacks, as one background lane each:
+#
+#   bash examples/fdu_queue.sh ablations   # Table 4's cells, then Table 8's, then Table 7's
+#   bash examples/fdu_queue.sh beyond      # the methods beyond the paper, then their seeds 1-2
+#   bash examples/fdu_queue.sh ablations --list   # what it would train, in order, and stop
+#
+# A run is done when its folder in results/ (this checkout's: RESULTS) holds a report.json,
+# or when its run folder under OUT does (finished, not landed yet: examples/fdu_land.sh lands
+# it); a run folder without one is resumed (--resume). Runs go one at a time, so each lands
+# when it finishes. UNTIL (a date, e.g. UNTIL="today 12:00") stops the lane before a run that
+# would not finish by then at EST_S seconds a run (default 9000: 50 rounds at 150-190 s beside
+# another lane, and the Ap phase): on a machine whose run folders do not outlive a session, a
+# run started too late is lost work. SEEDS_OF names the methods whose seeds 1-2 the beyond lane
+# trains after every seed 0 (default: scaffold feddyn, the two within 0.5 points of the best
+# Ag at the time of writing; results/fdu/beyond.md).
+#
+#   git clone -q . ~/fedjax_runs/lane-code && cd ~/fedjax_runs/lane-code   # a snapshot: edits
+#   nohup setsid bash examples/fdu_queue.sh beyond > ~/fedjax_runs/beyond.out 2>&1 &  # to the
+#                                                           # work tree never reach a running lane
+#
+# FDU_DIR (default /work/shared/data/fdu-mtl), OUT (default ~/fedjax_runs), RESULTS (default
+# this checkout's results/) and FEDJAX_SC (the command; default this checkout's code with the
+# venv of /work/main) may be set.
+set -u
+lane=${1:?usage: fdu_queue.sh ablations|beyond [--list]}
+list=${2:-}
+# nice alone does not yield to the foreground when the script runs in a session of its own
+# (setsid): Linux shares the CPU between sessions' autogroups first; lower this one's weight
+echo 19 > /proc/self/autogroup 2>/dev/null || true
+FDU_DIR=${FDU_DIR:-/work/shared/data/fdu-mtl}
+R=${OUT:-$HOME/fedjax_runs}
+RESULTS=${RESULTS:-$PWD/results/fdu}
+F=${FEDJAX_SC:-"env PYTHONPATH=$PWD /work/main/.venv/bin/python -m fedjax_sc.run.cli"}
+EST_S=${EST_S:-9000}
+DATA="--scene fdu --data-dir $FDU_DIR --embeddings glove-6b-50d"
+ONE="--seeds 1 --first-seed 0 --no-plots --population-size 1"
+mkdir -p "$R/logs"
+
+# run NAME DONE_IN RUN_FOLDER ARGS...: one run, unless it is done
+run() {
+  local name=$1 landed=$2 folder=$3; shift 3
+  if [ -f "$landed/report.json" ] || [ -f "$folder/report.json" ]; then return; fi
+  if [ -n "$list" ]; then echo "$name"; return; fi
+  if [ -n "${UNTIL:-}" ] && [ $(( $(date +%s) + EST_S )) -gt "$(date -d "$UNTIL" +%s)" ]; then
+    echo "$(date -u +%FT%TZ) $lane: $name would not finish by $UNTIL; stopped" >> "$R/queue.log"
+    exit 0
+  fi
+  local extra=""
+  if [ "$1" = train ] && [ -e "$folder" ]; then extra="--resume"; fi
+  echo "$(date -u +%FT%TZ) start $name" >> "$R/queue.log"
+  nice -n 10 $F "$@" $extra >> "$R/logs/$name.log" 2>&1
+  echo "$(date -u +%FT%TZ) end $name rc=$?" >> "$R/queue.log"
+}
+
+# cell TABLE NAME: one cell of a paper table (reproduce resumes a cell's unfinished run itself)
+cell() {
+  run "$1-$2" "$RESULTS/$1/$2-seed0" "$R/reproduce-$1/fdu/$2/seed-0" \
+    reproduce "$1" $DATA $ONE --methods "$2" --out "$R/reproduce-$1"
+}
+
+# method NAME SEED: one method beyond the paper; FedRep with 25 head steps a round (the short
+# grid of results/fdu/beyond.md), the others with their authors' defaults
+method() {
+  local m=$1 s=$2 dir=$1 extra=""
+  [ "$s" = 0 ] || dir="$m-seed$s"
+  [ "$m" = fedrep ] && extra="--rep-head-steps 25"
+  run "beyond-$dir" "$RESULTS/beyond-50-rounds/$dir" "$R/beyond50/$dir" \
+    train $DATA --algorithm "$m" --seed "$s" --out "$R/beyond50/$dir" $extra
+}
+
+case $lane in
+  ablations)
+    for c in kteps_l1-0_l2-0 kteps_l1-0_l2-0.001 kteps_l1-0_l2-0.01 kteps_l1-0.001_l2-0 \
+        kteps_l1-0.001_l2-0.001 kteps_l1-0.001_l2-0.01 kteps_l1-0.01_l2-0 \
+        kteps_l1-0.01_l2-0.001 kteps; do cell table4 $c; done
+    for l in 0 0.001 0.01 0.1; do
+      for a in a b c; do cell table8 "arch_${a}_l1-$l"; done
+    done
+    for d2 in 50 38; do
+      for d1 in 1 2 3 6; do
+        c="kteps_star_d1-${d1}_d2-$d2"; [ "$c" = kteps_star_d1-2_d2-38 ] && c=kteps_star
+        cell table7 $c
+      done
+    done ;;
+  beyond)
+    for m in scaffold ditto feddyn fedrod fedbabu fedrep apfl moon per_fedavg pfedme; do
+      method $m 0
+    done
+    for m in ${SEEDS_OF:-scaffold feddyn}; do
+      for s in 1 2; do method "$m" "$s"; done
+    done ;;
+  *) echo "fdu_queue.sh: unknown lane '$lane' (ablations or beyond)" >&2; exit 2 ;;
+esac
