@@ -29,7 +29,12 @@ from fedjax_sc.algorithms.indiv import indiv
 from fedjax_sc.algorithms.kteps import kteps
 from fedjax_sc.algorithms.kteps_star import kteps_star
 from fedjax_sc.algorithms.lg_fedavg import lg_fedavg
-from fedjax_sc.algorithms.model_change import model_change, probabilistic_quantization, top_k
+from fedjax_sc.algorithms.model_change import (
+    error_feedback,
+    model_change,
+    probabilistic_quantization,
+    top_k,
+)
 from fedjax_sc.algorithms.moon import model_contrastive, moon
 from fedjax_sc.algorithms.noise import gaussian_noise
 from fedjax_sc.algorithms.optimizers import client_sgd
@@ -48,5 +53,5 @@ __all__ = [
     # plug-ins: wrap any algorithm (loss terms, upload transforms, client optimizer)
     "proximal", "mmd_penalty", "dynamic_regularizer", "model_contrastive", "control_variates",
     "personalized", "meta_gradient", "moreau_gradient", "pca_compress", "gaussian_noise",
-    "model_change", "top_k", "probabilistic_quantization", "client_sgd",
+    "model_change", "top_k", "probabilistic_quantization", "error_feedback", "client_sgd",
 ]

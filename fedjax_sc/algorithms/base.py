@@ -130,10 +130,14 @@ class UploadContext(NamedTuple):
         (a transform that needs it raises). Both ends hold it: the client downloaded it and
         the server sent it, so a transform may send the change ``params - start`` and add it
         back on the server (:func:`fedjax_sc.algorithms.model_change.model_change`).
+      memory: this client's upload memory (:attr:`UploadTransform.client_init`), laid out as
+        the upload (tables as the client's rows), on the client's end only: ``()`` for a
+        transform without one, and in ``decode`` (the server never holds it).
     """
 
     row_masks: Mapping[str, jax.Array] = {}
     start: Params | None = None
+    memory: Any = ()
 
 
 Diagnostics = dict[str, jax.Array]
@@ -152,11 +156,28 @@ class UploadTransform(NamedTuple):
     :class:`UploadContext` (its row masks, the params it started the round from), or ``None``
     outside a round (the server's full tables). The message is what crosses the network; it
     never holds a private leaf (the round removes them before ``encode``).
+
+    A transform that remembers something on each client between rounds (error feedback's
+    residual) sets ``client_init(params) -> memory``: one client's initial memory from the
+    shared params (tables ``[V, d]``; the round keeps every client's, stacked ``[N, ...]`` in
+    ``ClientStates.upload``, checkpointed, and hands a client its own as
+    ``context.memory``, tables as its rows). Its ``encode`` then returns ``(message,
+    diagnostics, new_memory)``; :func:`encode_upload` calls either kind. A client that did not
+    train in a round keeps its memory.
     """
 
     init: Callable[[Params], Any]
-    encode: Callable[[Params, Any, jax.Array, UploadContext | None], tuple[Any, Diagnostics]]
+    encode: Callable[[Params, Any, jax.Array, UploadContext | None], tuple[Any, ...]]
     decode: Callable[[Any, Any, UploadContext | None], Params]
+    client_init: Callable[[Params], Any] | None = None
+
+
+def encode_upload(transform: UploadTransform, params: Params, state: Any, rng: jax.Array,
+                  context: UploadContext | None) -> tuple[Any, Diagnostics, Any]:
+    """``(message, diagnostics, new_memory)`` of ``transform.encode``: a transform without
+    ``client_init`` returns ``()`` as its memory."""
+    out = transform.encode(params, state, rng, context)
+    return out if transform.client_init is not None else (*out, ())
 
 
 def identity_upload() -> UploadTransform:
@@ -186,17 +207,28 @@ def chain(*transforms: UploadTransform) -> UploadTransform:
     ``fold_in(rng, i)``, so no two parts share a key. Every part encodes and decodes with the
     same context; the diagnostics are merged (a name reported twice raises ``ValueError``).
 
+    With parts that keep a memory per client (:attr:`UploadTransform.client_init`), the
+    chain's memory is the tuple of the parts' (``()`` for a part without) and its ``encode``
+    returns the new one as a third element; each part sees its own in ``context.memory``.
+
     Example (KTEPS*, Li et al. 2021, Alg. 1 lines 13-14)::
 
       chain(pca_compress(2, 150), gaussian_noise(0.01))
     """
+    remembers = any(t.client_init is not None for t in transforms)
 
-    def init(params):
-        states, context = [], UploadContext(start=params)  # a client that has not moved
+    def initial(params, with_memory):
+        """Every part's state (and memory): part i+1's from part i's message of ``params``."""
+        states, memories, context = [], [], UploadContext(start=params)  # has not moved
         for t in transforms:
             states.append(t.init(params))
-            params, _ = t.encode(params, states[-1], jax.random.key(0), context)
-        return tuple(states)
+            memories.append(() if t.client_init is None else t.client_init(params))
+            params, _, _ = encode_upload(t, params, states[-1], jax.random.key(0),
+                                         context._replace(memory=memories[-1]))
+        return tuple(memories if with_memory else states)
+
+    def init(params):
+        return initial(params, False)
 
     def check(state):
         if not isinstance(state, tuple) or len(state) != len(transforms):
@@ -206,13 +238,18 @@ def chain(*transforms: UploadTransform) -> UploadTransform:
     def encode(params, state, rng, context=None):
         check(state)
         diagnostics: Diagnostics = {}
-        for i, (t, s) in enumerate(zip(transforms, state)):
-            params, d = t.encode(params, s, jax.random.fold_in(rng, i), context)
+        memories = (context.memory if remembers and context is not None
+                    else ((),) * len(transforms))
+        new = []
+        for i, (t, s, m) in enumerate(zip(transforms, state, memories)):
+            part = None if context is None else context._replace(memory=m)
+            params, d, m = encode_upload(t, params, s, jax.random.fold_in(rng, i), part)
+            new.append(m)
             if set(d) & set(diagnostics):
                 raise ValueError(f"two chained upload transforms report "
                                  f"{set(d) & set(diagnostics)}")
             diagnostics.update(d)
-        return params, diagnostics
+        return (params, diagnostics, tuple(new)) if remembers else (params, diagnostics)
 
     def decode(message, state, context=None):
         check(state)
@@ -220,7 +257,8 @@ def chain(*transforms: UploadTransform) -> UploadTransform:
             message = t.decode(message, s, context)
         return message
 
-    return UploadTransform(init, encode, decode)
+    return UploadTransform(init, encode, decode,
+                           (lambda params: initial(params, True)) if remembers else None)
 
 
 class ClientEnd(NamedTuple):

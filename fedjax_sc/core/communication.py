@@ -33,7 +33,13 @@ import numpy as np
 from flax import traverse_util
 
 from fedjax_sc.algorithms import masking
-from fedjax_sc.algorithms.base import Algorithm, ClientEnd, ClientStart, UploadContext
+from fedjax_sc.algorithms.base import (
+    Algorithm,
+    ClientEnd,
+    ClientStart,
+    UploadContext,
+    encode_upload,
+)
 from fedjax_sc.core import copies
 from fedjax_sc.core.leaves import gather_table_rows, table_of
 from fedjax_sc.core.leaves import table_paths as held_tables
@@ -135,9 +141,11 @@ def account(algorithm: Algorithm, state: ServerState, clients: ClientData,
                 if "/".join(p) in tables else v) for p, v in flat.items()})
         masks_of = {t: jax.ShapeDtypeStruct((width,), bool) for t in tables}
     struct = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), local)
-    context = UploadContext(masks_of, struct)  # the model downloaded: laid out as the upload
-    message, _ = jax.eval_shape(
-        lambda p, c: algorithm.upload.encode(p, state.upload_state, jax.random.key(0), c),
+    upload = algorithm.upload
+    memory = () if upload.client_init is None else jax.eval_shape(upload.client_init, struct)
+    context = UploadContext(masks_of, struct, memory)  # the model downloaded, as the upload
+    message, _, _ = jax.eval_shape(
+        lambda p, c: encode_upload(upload, p, state.upload_state, jax.random.key(0), c),
         struct, context)
     server, end = hooks_traffic(algorithm, state, params, tables,
                                 None if masks is None else masks.shape[1], client_states)

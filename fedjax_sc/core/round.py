@@ -24,7 +24,8 @@ metrics)``:
    server; a client without steps keeps its state), and after the aggregation below its
    ``server_update`` hook sets the new global params and server state;
    each client keeps its private leaves (the new ``client_states``) and encodes its shared
-   ones (local copies left out) with the algorithm's upload transform; the server decodes
+   ones (local copies left out) with the algorithm's upload transform (and its memory of
+   earlier rounds, ``ClientStates.upload``, where the transform keeps one); the server decodes
    every message, aggregates them with weights N^k / N (or ``ClientData.weights``,
    normalised) and applies its server update (the aggregate itself, or an optax step on the
    pseudo-gradient ``params - aggregate``: FedOpt, :mod:`fedjax_sc.algorithms.fedopt`); the
@@ -68,6 +69,7 @@ from fedjax_sc.algorithms.base import (
     Params,
     ServerInputs,
     UploadContext,
+    encode_upload,
 )
 from fedjax_sc.core import copies, fednova, leaves
 from fedjax_sc.core.client import RoundMetrics, build_client_update  # noqa: F401 (re-exported)
@@ -82,8 +84,11 @@ from fedjax_sc.core.leaves import (  # noqa: F401 (re-exported)
 )
 from fedjax_sc.core.local import keep_where
 from fedjax_sc.core.participation import broadcast_clients
-from fedjax_sc.data.client_data import ClientData
-from fedjax_sc.data.vocab import PAD
+from fedjax_sc.data.client_data import (  # noqa: F401 (row_masks re-exported)
+    ClientData,
+    row_masks,
+    vocab_rows,
+)
 
 
 class ServerState(NamedTuple):
@@ -114,10 +119,14 @@ class ClientStates(NamedTuple):
       algorithm: every client's own algorithm state (``Algorithm.hooks.client_init``:
         SCAFFOLD's c_i, FedDyn's gradient), stacked ``[num_clients, ...]``; ``()`` without
         one. Kept, sampled and checkpointed with the private leaves.
+      upload: every client's upload memory (``UploadTransform.client_init``: error
+        feedback's residual), stacked ``[num_clients, ...]``; ``()`` without one. Kept like
+        ``algorithm``.
     """
 
     private: Params
     algorithm: Any = ()
+    upload: Any = ()
 
 
 
@@ -133,8 +142,10 @@ class RoundParts(NamedTuple):
         each client's trained shared leaves stacked ``[K, ...]`` (word-embedding tables as the
         client's local rows ``[K, R, d]`` when ``clients.vocab_ids`` is set); ``messages``
         what the algorithm's ``client_end`` hook sends besides the upload (``()`` without).
-      encode: ``(server_state, shared, clients, rng) -> (messages, diagnostics)``: every
-        client's upload transform; ``diagnostics`` ``{name: [K]}``.
+      encode: ``(server_state, shared, clients, rng, memory=(), steps=None) -> (messages,
+        diagnostics, memory)``: every client's upload transform; ``diagnostics``
+        ``{name: [K]}``; ``memory`` the clients' upload memories (``ClientStates.upload``),
+        a client kept as it was where ``steps`` (``RoundMetrics.steps``) is 0.
       decode: ``(server_state, messages, clients) -> uploads``: the server's decoding of each
         message, same structure as ``shared``.
       aggregate: ``(server_state, uploads, clients, steps=None, messages=()) ->
@@ -148,15 +159,6 @@ class RoundParts(NamedTuple):
     encode: Callable
     decode: Callable
     aggregate: Callable
-
-
-def row_masks(clients: ClientData) -> jax.Array | None:
-    """bool ``[K, R]``: True on the entries of ``clients.vocab_ids`` that are words of V^k
-    (the padding of ``vocab_ids`` and the ``PAD`` row excluded); ``None`` without
-    ``vocab_ids``. These are the rows a client uploads and the server aggregates."""
-    if clients.vocab_ids is None:
-        return None
-    return clients.vocab_mask & (clients.vocab_ids != PAD)
 
 
 def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
@@ -193,9 +195,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
             # work on the rows of V^k only (exact, see the module docstring)
             return gather_table_rows(params, ids, shared_tables + private_tables)
 
-        vocab_ids, vocab_mask = ((clients.vocab_ids, clients.vocab_mask)
-                                 if clients.vocab_ids is not None else
-                                 (jnp.zeros((clients.num_clients, 1), jnp.int32),) * 2)
+        vocab_ids, vocab_mask = vocab_rows(clients)
         knowledge = ()
         if algorithm.knowledge is not None:  # exchanged before local training (FedKC)
             if jax.tree.leaves(client_states.private):
@@ -237,17 +237,29 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
             client_states.private, client_states.algorithm, vocab_ids, vocab_mask,
             clients.tokens, clients.labels, clients.mask, keys,
             jnp.arange(clients.num_clients, dtype=jnp.int32), steps)
-        return shared, ClientStates(private, own), metrics, messages
+        return shared, ClientStates(private, own, client_states.upload), metrics, messages
 
-    def encode(state: ServerState, shared: Params, clients: ClientData, rng: jax.Array):
+    def encode(state: ServerState, shared: Params, clients: ClientData, rng: jax.Array,
+               memory: Any = (), steps: jax.Array | None = None):
         shared = copies.without_copies(shared, algorithm.local_copies)  # never sent
         if not jax.tree.leaves(shared):  # nothing is shared (Indiv): nothing is sent
-            return shared, {}
+            return shared, {}, memory
         upload_key = jax.random.fold_in(jax.random.fold_in(rng, state.round), streams.UPLOAD)
         keys = jax.vmap(lambda k: jax.random.fold_in(upload_key, k))(
             jnp.arange(clients.num_clients))
-        return jax.vmap(lambda params, key, context: upload.encode(
-            params, state.upload_state, key, context))(shared, keys, contexts(state, clients))
+        rows = tables(copies.without_copies(state.params, algorithm.local_copies), clients)
+        trained = (jnp.ones((clients.num_clients,), bool) if steps is None else steps > 0)
+
+        def one(params, key, context, own, i, m, real):
+            own_rows = gather_table_rows(own, i, rows)  # the memory as the upload's layout
+            message, diagnostics, new = encode_upload(upload, params, state.upload_state, key,
+                                                      context._replace(memory=own_rows))
+            # a client that did not train sent nothing to remember: it keeps its memory
+            new = scatter_table_rows(keep_where(real, new, own_rows), own, i, m, rows)
+            return message, diagnostics, new
+
+        return jax.vmap(one)(shared, keys, contexts(state, clients), memory,
+                             *vocab_rows(clients), trained)
 
     def decode(state: ServerState, messages, clients: ClientData):
         if not jax.tree.leaves(messages):
@@ -261,9 +273,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         sent = copies.without_copies(state.params, algorithm.local_copies)
         rows = tables(sent, clients)
         masks = row_masks(clients)
-        ids = (clients.vocab_ids if clients.vocab_ids is not None
-               else jnp.zeros((clients.num_clients, 1), jnp.int32))
-        start = jax.vmap(lambda i: gather_table_rows(sent, i, rows))(ids)
+        start = jax.vmap(lambda i: gather_table_rows(sent, i, rows))(vocab_rows(clients)[0])
         return UploadContext({"/".join(p): masks for p in rows}, start)
 
     def aggregate(state: ServerState, uploads: Params, clients: ClientData,
@@ -353,7 +363,9 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
         check_clients(client_states, clients)
         shared, client_states, metrics, sent = parts.local_training(state, client_states,
                                                                     clients, rng)
-        messages, diagnostics = parts.encode(state, shared, clients, rng)
+        messages, diagnostics, memory = parts.encode(state, shared, clients, rng,
+                                                     client_states.upload, metrics.steps)
+        client_states = client_states._replace(upload=memory)
         new_state = parts.aggregate(state, parts.decode(state, messages, clients), clients,
                                     metrics.steps, sent)
         if set(diagnostics) & set(metrics.aux):
@@ -426,7 +438,8 @@ def init_states(algorithm: Algorithm, params: Params, num_clients: int, *,
     opt_state = (() if algorithm.server_optimizer is None
                  else algorithm.server_optimizer.init(sent))
     hooks = algorithm.hooks
-    one = ClientStates(private, hooks.client_init(sent))
+    memory = () if algorithm.upload.client_init is None else algorithm.upload.client_init(sent)
+    one = ClientStates(private, hooks.client_init(sent), memory)
     return (ServerState(shared, jnp.zeros((), jnp.int32), opt_state,
                         algorithm.upload.init(sent), hooks.server_init(sent)),
             broadcast_clients(one, num_clients, host=host))

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sc.data.scenes import local_vocabularies
+from fedjax_sc.data.vocab import PAD
 
 
 class ClientData(NamedTuple):
@@ -41,6 +42,23 @@ class ClientData(NamedTuple):
     @property
     def num_clients(self) -> int:
         return int(self.tokens.shape[0])
+
+
+def row_masks(clients: ClientData) -> jax.Array | None:
+    """bool ``[K, R]``: True on the entries of ``clients.vocab_ids`` that are words of V^k
+    (the padding of ``vocab_ids`` and the ``PAD`` row excluded); ``None`` without
+    ``vocab_ids``. These are the rows a client uploads and the server aggregates."""
+    if clients.vocab_ids is None:
+        return None
+    return clients.vocab_mask & (clients.vocab_ids != PAD)
+
+
+def vocab_rows(clients: ClientData) -> tuple[jax.Array, jax.Array]:
+    """``(vocab_ids, vocab_mask)`` of the clients, or int32 zeros ``[K, 1]`` for both without
+    local vocabularies (nothing is gathered by rows then)."""
+    if clients.vocab_ids is not None:
+        return clients.vocab_ids, clients.vocab_mask
+    return (jnp.zeros((clients.num_clients, 1), jnp.int32),) * 2
 
 
 def client_data(arrays: Any, local_vocab: bool = False) -> ClientData:

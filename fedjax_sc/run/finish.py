@@ -156,9 +156,7 @@ def personalize_members(cs: Sequence[TrainConfig], build: Callable[[dict[str, An
     t0 = time.perf_counter()
     share = None if scene is None else scene.share
     if share is not None:
-        client_states = [s._replace(private=loading.rows(s.private, scene),
-                                    algorithm=loading.rows(s.algorithm, scene))
-                         for s in client_states]
+        client_states = [loading.rows(s, scene) for s in client_states]
     keys = jnp.stack([jax.random.fold_in(r, streams.AP) for r in roots])
     results = run(population.stack(states), population.stack(client_states), train_data,
                   test_data, keys, values, 0 if share is None else share[0])

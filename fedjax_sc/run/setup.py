@@ -170,7 +170,8 @@ def restore_checkpoint(ckpt: ocp.CheckpointManager, step: int, state: ServerStat
                         restored.get("upload_state", state.upload_state),
                         restored.get("server_algorithm", state.algorithm)),
             ClientStates(restored.get("private", client_states.private),
-                         restored.get("client_algorithm", client_states.algorithm)))
+                         restored.get("client_algorithm", client_states.algorithm),
+                         restored.get("client_upload", client_states.upload)))
 
 
 def newest_verified(ckpt: ocp.CheckpointManager, state: ServerState,
@@ -331,14 +332,15 @@ def save_checkpoint(ckpt: ocp.CheckpointManager, r: int, state: ServerState,
 
 
 def _checkpoint_tree(state: ServerState, client_states: ClientStates) -> dict[str, Any]:
-    """What a checkpoint holds: server params, round and states, the private leaves and the
-    algorithm's own server and client states (a part without leaves is left out, so a run of
-    a stateless algorithm saves what it always did)."""
+    """What a checkpoint holds: server params, round and states, the private leaves, the
+    algorithm's own server and client states and the clients' upload memories (a part without
+    leaves is left out, so a run of a stateless algorithm saves what it always did)."""
     tree = {"params": state.params, "round": state.round}
     for name, value in (("opt_state", state.opt_state), ("upload_state", state.upload_state),
                         ("private", client_states.private),
                         ("server_algorithm", state.algorithm),
-                        ("client_algorithm", client_states.algorithm)):
+                        ("client_algorithm", client_states.algorithm),
+                        ("client_upload", client_states.upload)):
         if jax.tree.leaves(value):
             tree[name] = value
     return tree

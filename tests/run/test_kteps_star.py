@@ -74,7 +74,7 @@ def test_the_message_holds_no_private_leaf_and_a_compressed_table(scene, model):
                                      scene.num_clients)
     parts = rnd.build_round_parts(alg, batch_size=4, local_epochs=1)
     data = client_data(scene.train, local_vocab=True)
-    messages, _ = jax.eval_shape(lambda: parts.encode(state, parts.local_training(
+    messages, _, _ = jax.eval_shape(lambda: parts.encode(state, parts.local_training(
         state, clients, data, jax.random.key(1))[0], data, jax.random.key(1)))
     paths = leaf_paths(jax.tree.map(lambda x: x, messages, is_leaf=lambda x: isinstance(
         x, Compressed)))

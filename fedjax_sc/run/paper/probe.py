@@ -133,7 +133,7 @@ def probe(out: str | Path, client: str, word: str = "man",
 
         @jax.jit
         def server_side(state, shared, data):
-            messages, diagnostics = parts.encode(state, shared, data, setup.train_key)
+            messages, diagnostics, _ = parts.encode(state, shared, data, setup.train_key)
             uploads = parts.decode(state, messages, data)
             return (rnd.get_leaf(uploads, TABLE_PATH), diagnostics,
                     rnd.get_leaf(parts.aggregate(state, uploads, data).params, TABLE_PATH))

@@ -4,7 +4,11 @@
 ``--upload-compression`` sends the model change compressed (:mod:`fedjax_sc.algorithms.
 model_change`): ``none`` (the default: the params as they are), ``topk:FRACTION`` (each
 leaf's entries of largest magnitude, Aji and Heafield 2017) or ``bits:BITS`` (probabilistic
-quantization, Konecny et al. 2016). It compresses the change of every shared leaf, so it does
+quantization, Konecny et al. 2016); ``topk:FRACTION+ef`` adds error feedback (every client
+carries what top-k dropped into its next upload; Stich, Cordonnier and Jaggi 2018), which
+quantization does not get (:func:`~fedjax_sc.algorithms.model_change.error_feedback`: its
+memory needs a compressor that keeps part of every vector, and the quantizer's noise can
+exceed the change it rounds). It compresses the change of every shared leaf, so it does
 not go with ``--pca-band``, which compresses the word table's values (KTEPS*): one or the other.
 """
 
@@ -16,9 +20,14 @@ from typing import Any
 from fedjax_sc.algorithms.base import UploadTransform, chain
 from fedjax_sc.algorithms.hparams import is_traced, is_zero
 from fedjax_sc.algorithms.kteps_star import default_band, kteps_star, private_upload
-from fedjax_sc.algorithms.model_change import model_change, probabilistic_quantization, top_k
+from fedjax_sc.algorithms.model_change import (
+    error_feedback,
+    model_change,
+    probabilistic_quantization,
+    top_k,
+)
 
-COMPRESSIONS = ("none", "topk:FRACTION", "bits:BITS")
+COMPRESSIONS = ("none", "topk:FRACTION[+ef]", "bits:BITS")
 """The spellings of ``--upload-compression``."""
 
 
@@ -48,19 +57,26 @@ def compression(spec: str) -> UploadTransform | None:
       ValueError: a spelling outside :data:`COMPRESSIONS` or a value out of range (the flag
         and the reason in one line).
     """
-    kind, _, value = str(spec).partition(":")
-    if kind == "none" and not value:
+    name, plus, suffix = str(spec).partition("+")
+    kind, _, value = name.partition(":")
+    if kind == "none" and not value and not plus:
         return None
     try:
+        if plus and suffix != "ef":
+            raise ValueError
         number = {"topk": float, "bits": int}[kind](value)
     except (KeyError, ValueError):
         raise ValueError(f"--upload-compression {spec!r}: write one of "
                          f"{', '.join(COMPRESSIONS)}") from None
+    if plus and kind == "bits":
+        raise ValueError(f"--upload-compression {spec}: error feedback goes with topk only "
+                         f"(probabilistic quantization's noise can exceed the change it "
+                         f"rounds, and the memory that carries it grows)")
     try:
         compressor = top_k(number) if kind == "topk" else probabilistic_quantization(number)
     except ValueError as e:
         raise ValueError(f"--upload-compression {spec}: {e}") from None
-    return chain(model_change(), compressor)
+    return chain(model_change(), error_feedback(compressor) if plus else compressor)
 
 
 def check(c: Any) -> None:
