@@ -9,9 +9,10 @@
 # or when its run folder under OUT does (finished, not landed yet: examples/fdu_land.sh lands
 # it); a run folder without one is resumed (--resume). Runs go one at a time, so each lands
 # when it finishes. UNTIL (a date, e.g. UNTIL="today 12:00") stops the lane before a run that
-# would not finish by then at EST_S seconds a run (default 9000: 50 rounds at 150-190 s beside
-# another lane, and the Ap phase): on a machine whose run folders do not outlive a session, a
-# run started too late is lost work. SEEDS_OF names the methods whose seeds 1-2 the beyond lane
+# would not finish by then at EST_S seconds a run (default 9000: 50 rounds at 150-200 s on a
+# 2-core machine, alone, and the Ap phase): on a machine whose run folders do not outlive a
+# session, a run started too late is lost work (two lanes side by side took about 200 s a
+# round each: 2.8 hours a run). SEEDS_OF names the methods whose seeds 1-2 the beyond lane
 # trains after every seed 0 (default: scaffold feddyn, the two within 0.5 points of the best
 # Ag at the time of writing; results/fdu/beyond.md).
 #
