@@ -175,9 +175,20 @@ class UploadTransform(NamedTuple):
 def encode_upload(transform: UploadTransform, params: Params, state: Any, rng: jax.Array,
                   context: UploadContext | None) -> tuple[Any, Diagnostics, Any]:
     """``(message, diagnostics, new_memory)`` of ``transform.encode``: a transform without
-    ``client_init`` returns ``()`` as its memory."""
+    ``client_init`` returns ``()`` as its memory.
+
+    Raises:
+      ValueError: ``encode`` returned another number of results than its kind has (two
+        without ``client_init``, three with it).
+    """
     out = transform.encode(params, state, rng, context)
-    return out if transform.client_init is not None else (*out, ())
+    want = 2 if transform.client_init is None else 3
+    if not isinstance(out, tuple) or len(out) != want:
+        raise ValueError(f"an upload transform {'with' if want == 3 else 'without'} "
+                         f"client_init returns {want} results from encode ((message, "
+                         f"diagnostics{', new_memory' if want == 3 else ''})), got "
+                         f"{len(out) if isinstance(out, tuple) else type(out).__name__}")
+    return out if want == 3 else (*out, ())
 
 
 def identity_upload() -> UploadTransform:

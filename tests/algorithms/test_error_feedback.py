@@ -77,6 +77,9 @@ def test_a_memory_in_a_memory_and_a_context_without_one_raise():
         t.encode({"w": jnp.ones(4)}, (), jax.random.key(0), UploadContext({}, None))
     # the other transforms keep no memory: encode_upload gives theirs as ()
     assert encode_upload(identity_upload(), {"w": 1.0}, (), jax.random.key(0), None)[2] == ()
+    forgetful = identity_upload()._replace(client_init=lambda params: params)
+    with pytest.raises(ValueError, match="with client_init returns 3 results from encode"):
+        encode_upload(forgetful, {"w": 1.0}, (), jax.random.key(0), None)
 
 
 def test_the_round_keeps_every_clients_memory_and_one_that_did_not_train_keeps_its(scene,
