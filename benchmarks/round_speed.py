@@ -19,6 +19,8 @@ Usage::
     python benchmarks/round_speed.py --dtype bfloat16     # mixed precision
     python benchmarks/round_speed.py --dense-embedding    # train the full [V, d] table
     python benchmarks/round_speed.py --clients 4 --examples 16 --rounds 1   # a quick look
+    python benchmarks/round_speed.py --embed-dim 50 --upload-compression topk:0.01 \
+        topk:0.01+ef bits:4       # what compressing the upload costs the round
 
 Tokens are random ids at full length L (the recurrence always runs L steps); each client
 draws from its own subset of ``--local-vocab`` words, like FDU's V^k (6k-17k words).
@@ -153,13 +155,16 @@ def time_client_loop(args, name: str, data) -> float:
     return steps / seconds
 
 
-def time_round(args, name: str, data) -> float:
-    """Compiles ``name``'s round, runs one warm-up and ``args.rounds`` timed rounds; returns
+def time_round(args, name: str, data, compression: str = "none") -> float:
+    """Compiles ``name``'s round (its upload compressed as ``--upload-compression
+    compression`` says), runs one warm-up and ``args.rounds`` timed rounds; returns
     client-steps/s."""
     algorithm = build_algorithm(name, vocab_size=args.vocab, num_classes=2,
                                 embed_dim=args.embed_dim, hidden=args.hidden,
                                 mlp_hidden=args.mlp_hidden, dtype=args.dtype,
-                                num_clients=data.num_clients)
+                                num_clients=data.num_clients, upload_compression=compression)
+    if compression != "none":
+        name = f"{name} {compression}"
     state, clients = init_states(algorithm, init_params(algorithm.model, jax.random.key(0)),
                                  data.num_clients)
     fn = jax.jit(build_round(algorithm, batch_size=args.batch,
@@ -205,6 +210,10 @@ def main() -> None:
     p.add_argument("--algorithm", nargs="+", default=["fedavg"], choices=ALGORITHMS,
                    help="algorithms whose rounds to time, in one run; speeds are also given "
                    "as ratios to the first (FLOP figures and PyTorch: first, one-branch)")
+    p.add_argument("--upload-compression", nargs="+", default=[], metavar="SPEC",
+                   help="also time the first algorithm uploading its change compressed, one "
+                   "round per SPEC (fedjax-sc train's spellings: topk:0.01, topk:0.01+ef, "
+                   "bits:4), as ratios to it")
     p.add_argument("--torch-steps", type=int, default=10,
                    help="PyTorch steps per client for the same-run reference (0: skip)")
     p.add_argument("--no-loop", dest="loop", action="store_false",
@@ -233,6 +242,8 @@ def main() -> None:
     dtypes, args.dtype = args.dtype, args.dtype[0]
     rates = {name: time_round(args, name, data) for name in args.algorithm}
     first = args.algorithm[0]
+    for spec in args.upload_compression:  # the first algorithm, its change compressed
+        rates[f"{first} {spec}"] = time_round(args, first, data, spec)
     for name, rate in rates.items():
         print(f"{name}: {rate / rates[first]:.2f}x the client-steps/s of {first} (same run)")
     rate = rates[first]
