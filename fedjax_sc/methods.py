@@ -33,6 +33,7 @@ from fedjax_sc.algorithms.model_change import (
     error_feedback,
     model_change,
     probabilistic_quantization,
+    scaled_sign,
     top_k,
 )
 from fedjax_sc.algorithms.moon import model_contrastive, moon
@@ -53,5 +54,5 @@ __all__ = [
     # plug-ins: wrap any algorithm (loss terms, upload transforms, client optimizer)
     "proximal", "mmd_penalty", "dynamic_regularizer", "model_contrastive", "control_variates",
     "personalized", "meta_gradient", "moreau_gradient", "pca_compress", "gaussian_noise",
-    "model_change", "top_k", "probabilistic_quantization", "error_feedback", "client_sgd",
+    "model_change", "top_k", "probabilistic_quantization", "scaled_sign", "error_feedback", "client_sgd",
 ]

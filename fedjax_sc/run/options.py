@@ -86,8 +86,9 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                        help="send the model change compressed: none (default), topk:FRACTION "
                        "(each leaf's entries of largest magnitude, as values and int32 "
                        "indices; topk:FRACTION+ef: with error feedback, each client "
-                       "carrying what was dropped into its next upload) or bits:BITS "
-                       "(probabilistic quantization, 1-8 bits); not with --pca-band")
+                       "carrying what was dropped into its next upload), bits:BITS "
+                       "(probabilistic quantization, 1-8 bits) or sign[+ef] (signs and the "
+                       "mean magnitude); not with --pca-band")
     u.add_argument("--upload-noise", type=float, help="sigma of Gaussian noise added to "
                    "every uploaded leaf after compression (default 0.01 for the federated "
                    "algorithms, the paper's Sec. 5.2; 0 for indiv, fs, asp; 0 turns it off)")

@@ -1,6 +1,7 @@
 """Error feedback: nothing the compressor drops is lost (what the server received plus the
 memory is every change made), the memory per client in the round (kept by a client that did
-not train, checkpointed and resumed), and the errors."""
+not train, checkpointed and resumed), and the errors; the scaled sign it was shown to repair
+(contractive, one bit an entry)."""
 
 import json
 
@@ -15,9 +16,11 @@ from hypothesis import strategies as st
 from fedjax_sc.algorithms.base import UploadContext, chain, encode_upload, identity_upload
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.model_change import (
+    Signs,
     error_feedback,
     model_change,
     probabilistic_quantization,
+    scaled_sign,
     top_k,
 )
 from fedjax_sc.core import communication
@@ -32,11 +35,12 @@ TINY = ["--scene", "synthetic", "--synthetic-clients", "3", "--synthetic-train",
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.integers(0, 1000), st.sampled_from(["topk", "bits"]), st.integers(1, 5))
+@given(st.integers(0, 1000), st.sampled_from(["topk", "bits", "sign"]), st.integers(1, 5))
 def test_what_the_server_received_plus_the_memory_is_every_change(seed, kind, rounds):
     """sum_t decode(message_t) + e_T = sum_t change_t (Stich et al. 2018, the memory's
     invariant), whatever the compressor drops in between."""
-    compressor = top_k(0.2) if kind == "topk" else probabilistic_quantization(2)
+    compressor = {"topk": top_k(0.2), "bits": probabilistic_quantization(2),
+                  "sign": scaled_sign()}[kind]
     t = chain(model_change(), error_feedback(compressor))
     keys = jax.random.split(jax.random.key(seed), rounds + 1)
     start = {"w": jax.random.normal(keys[0], (4, 5))}
@@ -50,6 +54,33 @@ def test_what_the_server_received_plus_the_memory_is_every_change(seed, kind, ro
         total = total + params["w"] - start["w"]
         assert 0.0 <= float(diagnostics["ef_carried"]) <= 1.0
     np.testing.assert_allclose(received + memory[1]["w"], total, atol=1e-4)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 1000), st.integers(1, 6), st.integers(1, 5))
+def test_the_scaled_sign_is_contractive_and_sends_a_bit_an_entry(seed, rows, width):
+    x = jax.random.normal(jax.random.key(seed), (rows, width))
+    t = scaled_sign()
+    message, _ = t.encode({"w": x}, (), jax.random.key(0), None)
+    got = t.decode(message, (), None)["w"]
+    assert isinstance(message["w"], Signs) and message["w"].wire(None)[0][0] == -(-x.size // 8)
+    np.testing.assert_allclose(jnp.abs(got), jnp.mean(jnp.abs(x)), rtol=1e-5)
+    np.testing.assert_array_equal(got >= 0, x >= 0)
+    # |C(x) - x|^2 = |x|^2 - |x|_1^2 / n (Karimireddy et al. 2019): below |x|^2
+    error, norm = float(jnp.sum((got - x) ** 2)), float(jnp.sum(x ** 2))
+    np.testing.assert_allclose(error, norm - float(jnp.sum(jnp.abs(x))) ** 2 / x.size,
+                               rtol=1e-4, atol=1e-5)
+    assert error < norm
+
+
+def test_the_scaled_sign_of_a_table_counts_and_restores_the_clients_own_rows():
+    table = jnp.array([[1.0, -3.0], [2.0, -2.0], [100.0, 100.0]])  # the last row is padding
+    context = UploadContext({"embedding/embedding": jnp.array([True, True, False])}, None)
+    t = scaled_sign()
+    message, _ = t.encode({"embedding": {"embedding": table}}, (), jax.random.key(0), context)
+    got = t.decode(message, (), context)["embedding"]["embedding"]
+    np.testing.assert_array_equal(got, [[2.0, -2.0], [2.0, -2.0], [0.0, 0.0]])
+    assert message["embedding"]["embedding"].wire(2) == [(1, jnp.uint8), (1, jnp.float32)]
 
 
 def test_everything_sent_leaves_no_memory_and_a_table_remembers_its_own_rows_only():
@@ -144,9 +175,9 @@ def test_the_flag_checkpoints_the_memory_and_a_resumed_run_is_the_same_run(tmp_p
 
 
 @pytest.mark.parametrize("spec, says", [
-    ("topk:0.1+fb", "write one of none, topk:FRACTION[+ef], bits:BITS"),
-    ("none+ef", "write one of"), ("bits:4+", "write one of"),
-    ("bits:1+ef", "error feedback goes with topk only")])
+    ("topk:0.1+fb", "write one of none, topk:FRACTION[+ef], bits:BITS, sign[+ef]"),
+    ("none+ef", "write one of"), ("bits:4+", "write one of"), ("sign:2", "write one of"),
+    ("bits:1+ef", "error feedback goes with topk and sign")])
 def test_a_misspelt_or_unbounded_error_feedback_is_one_line(spec, says, tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.main(["train", *TINY, "--rounds", "1", "--upload-compression", spec,

@@ -32,7 +32,8 @@ def test_the_flag_trains_what_the_written_algorithm_trains(tmp_path):
 
 @pytest.mark.parametrize("flags, says", [
     (["--upload-compression", "topk"], "--upload-compression 'topk': write one of none"),
-    (["--upload-compression", "gzip:3"], "write one of none, topk:FRACTION[+ef], bits:BITS"),
+    (["--upload-compression", "gzip:3"],
+     "write one of none, topk:FRACTION[+ef], bits:BITS, sign[+ef]"),
     (["--upload-compression", "topk:2"], "fraction must be in (0, 1]"),
     (["--upload-compression", "bits:12"], "bits must be an int in 1..8"),
     (["--upload-compression", "bits:4", "--pca-band", "2", "5"], "choose one"),

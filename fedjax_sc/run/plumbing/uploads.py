@@ -3,12 +3,12 @@
 
 ``--upload-compression`` sends the model change compressed (:mod:`fedjax_sc.algorithms.
 model_change`): ``none`` (the default: the params as they are), ``topk:FRACTION`` (each
-leaf's entries of largest magnitude, Aji and Heafield 2017) or ``bits:BITS`` (probabilistic
-quantization, Konecny et al. 2016); ``topk:FRACTION+ef`` adds error feedback (every client
-carries what top-k dropped into its next upload; Stich, Cordonnier and Jaggi 2018), which
-quantization does not get (:func:`~fedjax_sc.algorithms.model_change.error_feedback`: its
-memory needs a compressor that keeps part of every vector, and the quantizer's noise can
-exceed the change it rounds). It compresses the change of every shared leaf, so it does
+leaf's entries of largest magnitude, Aji and Heafield 2017), ``bits:BITS`` (probabilistic
+quantization, Konecny et al. 2016) or ``sign`` (each entry's sign and the leaf's mean
+magnitude, Karimireddy et al. 2019); ``topk:FRACTION+ef`` and ``sign+ef`` add error feedback
+(every client carries what was dropped into its next upload; Stich, Cordonnier and Jaggi
+2018), which quantization does not get (``error_feedback``'s docstring: its memory needs a
+contractive compressor, and the quantizer's noise can exceed the change it rounds). It compresses the change of every shared leaf, so it does
 not go with ``--pca-band``, which compresses the word table's values (KTEPS*): one or the other.
 """
 
@@ -24,10 +24,11 @@ from fedjax_sc.algorithms.model_change import (
     error_feedback,
     model_change,
     probabilistic_quantization,
+    scaled_sign,
     top_k,
 )
 
-COMPRESSIONS = ("none", "topk:FRACTION[+ef]", "bits:BITS")
+COMPRESSIONS = ("none", "topk:FRACTION[+ef]", "bits:BITS", "sign[+ef]")
 """The spellings of ``--upload-compression``."""
 
 
@@ -62,18 +63,19 @@ def compression(spec: str) -> UploadTransform | None:
     if kind == "none" and not value and not plus:
         return None
     try:
-        if plus and suffix != "ef":
+        if (plus and suffix != "ef") or (kind == "sign") != (not value):  # sign: no value
             raise ValueError
-        number = {"topk": float, "bits": int}[kind](value)
+        number = {"topk": float, "bits": int, "sign": str}[kind](value)
     except (KeyError, ValueError):
         raise ValueError(f"--upload-compression {spec!r}: write one of "
                          f"{', '.join(COMPRESSIONS)}") from None
     if plus and kind == "bits":
-        raise ValueError(f"--upload-compression {spec}: error feedback goes with topk only "
+        raise ValueError(f"--upload-compression {spec}: error feedback goes with topk and sign "
                          f"(probabilistic quantization's noise can exceed the change it "
                          f"rounds, and the memory that carries it grows)")
     try:
-        compressor = top_k(number) if kind == "topk" else probabilistic_quantization(number)
+        compressor = {"topk": lambda: top_k(number), "sign": scaled_sign,
+                      "bits": lambda: probabilistic_quantization(number)}[kind]()
     except ValueError as e:
         raise ValueError(f"--upload-compression {spec}: {e}") from None
     return chain(model_change(), error_feedback(compressor) if plus else compressor)
