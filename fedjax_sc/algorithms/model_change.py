@@ -84,6 +84,14 @@ def _count(fraction: float, entries: Any) -> Any:
     return jnp.maximum(1, jnp.ceil(fraction * entries).astype(jnp.int32))
 
 
+def _real_entries(x: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """bool, ``x``'s shape: True on the entries of the client's own rows (all without a
+    row mask)."""
+    if mask is None:
+        return jnp.ones(x.shape, bool)
+    return jnp.broadcast_to(mask.reshape((-1,) + (1,) * (x.ndim - 1)), x.shape)
+
+
 @struct.dataclass
 class Quantized:
     """A leaf sent as ``bits``-bit codes between its minimum and maximum
@@ -165,12 +173,8 @@ def top_k(fraction: float) -> UploadTransform:
         """(the leaf's :class:`Sparse`, its real entries' squared norm)."""
         flat = x.reshape(-1)
         k_max = _count(fraction, x.size)
-        if mask is None:
-            real, k = jnp.ones(flat.shape, bool), k_max
-        else:  # a table uploaded by rows: padding rows are not the client's
-            real = jnp.broadcast_to(mask.reshape((-1,) + (1,) * (x.ndim - 1)), x.shape)
-            real = real.reshape(-1)
-            k = _count(fraction, jnp.sum(real))
+        real = _real_entries(x, mask).reshape(-1)  # a table's padding rows are not the client's
+        k = k_max if mask is None else _count(fraction, jnp.sum(real))
         _, indices = jax.lax.top_k(jnp.where(real, jnp.abs(flat), -1.0), k_max)
         valid = jnp.arange(k_max) < k
         sparse = Sparse(jnp.where(valid, flat[indices], 0),
@@ -270,14 +274,6 @@ class Signs:
         return [(math.ceil(n / 8), jnp.uint8), (1, jnp.float32)]
 
 
-def _real_entries(x: jax.Array, mask: jax.Array | None) -> jax.Array:
-    """bool, ``x``'s shape: True on the entries of the client's own rows (all without a
-    row mask)."""
-    if mask is None:
-        return jnp.ones(x.shape, bool)
-    return jnp.broadcast_to(mask.reshape((-1,) + (1,) * (x.ndim - 1)), x.shape)
-
-
 def scaled_sign() -> UploadTransform:
     """Sends each floating-point leaf x as ``sign(x)`` and ``|x|_1 / n``; the server decodes
     ``(|x|_1 / n) sign(x)``, n the leaf's entries (a word table's: those of the client's own
@@ -362,11 +358,10 @@ def error_feedback(compressor: UploadTransform) -> UploadTransform:
     def real_rows(tree, context):
         """``tree`` with the rows outside the client's vocabulary zeroed (tables by rows)."""
         flat = traverse_util.flatten_dict(tree)
-        for path, mask in context.row_masks.items():
-            key = tuple(path.split("/"))
-            if key in flat:
-                x = flat[key]
-                flat[key] = jnp.where(mask.reshape((-1,) + (1,) * (x.ndim - 1)), x, 0)
+        for path, x in flat.items():
+            mask = context.row_masks.get("/".join(path))
+            if mask is not None:
+                flat[path] = jnp.where(_real_entries(x, mask), x, 0)
         return traverse_util.unflatten_dict(flat)
 
     def encode(params, state, rng, context=None):
