@@ -106,3 +106,16 @@ def merge(*parts: Params) -> Params:
                 raise ValueError(f"leaf {'/'.join(path)} is in more than one part")
             out[path] = value
     return traverse_util.unflatten_dict(out)
+
+
+def split_private(algorithm, params: Params) -> tuple[Params, Params]:
+    """``(shared, private)`` parts of ``params`` by ``algorithm.leaf_rules`` (None: all shared).
+
+    Raises:
+      ValueError: the rules do not cover the params exactly once.
+    """
+    if algorithm.leaf_rules is None:
+        return params, {}
+    labels = label_leaves(params, algorithm.leaf_rules)
+    return (select(params, labels, SHARED),
+            select(params, labels, PRIVATE))

@@ -71,6 +71,7 @@ from fedjax_sc.algorithms.base import (
     UploadContext,
     encode_upload,
 )
+from fedjax_sc.algorithms.masking import split_private  # noqa: F401 (re-exported)
 from fedjax_sc.core import copies, fednova, leaves
 from fedjax_sc.core.client import RoundMetrics, build_client_update  # noqa: F401 (re-exported)
 from fedjax_sc.core.heterogeneity import LocalWork, budgets, participation_weights
@@ -444,15 +445,3 @@ def init_states(algorithm: Algorithm, params: Params, num_clients: int, *,
                         algorithm.upload.init(sent), hooks.server_init(sent)),
             broadcast_clients(one, num_clients, host=host))
 
-
-def split_private(algorithm: Algorithm, params: Params) -> tuple[Params, Params]:
-    """``(shared, private)`` parts of ``params`` by ``algorithm.leaf_rules`` (None: all shared).
-
-    Raises:
-      ValueError: the rules do not cover the params exactly once.
-    """
-    if algorithm.leaf_rules is None:
-        return params, {}
-    labels = masking.label_leaves(params, algorithm.leaf_rules)
-    return (masking.select(params, labels, masking.SHARED),
-            masking.select(params, labels, masking.PRIVATE))
