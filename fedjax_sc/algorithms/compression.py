@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_sc.algorithms.base import Params, UploadContext, UploadTransform
+from fedjax_sc.algorithms.upload import Params, UploadContext, UploadTransform
 
 EMBEDDING_TABLE = "embedding/embedding"
 """Path of the shared word-embedding table E_s in every model of the library."""
@@ -107,7 +107,7 @@ def pca_compress(d1: int, d2: int, table: str = EMBEDDING_TABLE,
       center: centre the rows before the PCA (see the module docstring).
 
     Returns:
-      An :class:`~fedjax_sc.algorithms.base.UploadTransform` whose message replaces the table
+      An :class:`~fedjax_sc.algorithms.upload.UploadTransform` whose message replaces the table
       by a :class:`Compressed` and reports the diagnostic ``energy_kept`` (float32 scalar per
       client). Stateless.
 

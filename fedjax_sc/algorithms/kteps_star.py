@@ -18,10 +18,11 @@ from __future__ import annotations
 import math
 
 from fedjax_sc.algorithms import hparams
-from fedjax_sc.algorithms.base import Algorithm, UploadTransform, chain, identity_upload
+from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.compression import pca_compress
 from fedjax_sc.algorithms.kteps import kteps
 from fedjax_sc.algorithms.noise import PAPER_SIGMA, gaussian_noise
+from fedjax_sc.algorithms.upload import UploadTransform, chain, identity_upload
 from fedjax_sc.models.private_shared import PrivateSharedClassifier
 
 

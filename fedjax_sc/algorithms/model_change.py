@@ -1,7 +1,7 @@
 """Sending the model change compressed: top-k sparsification and probabilistic quantization.
 
-Upload transforms (:class:`~fedjax_sc.algorithms.base.UploadTransform`) that compose with
-:func:`~fedjax_sc.algorithms.base.chain`. A model's weights do not compress; the change a
+Upload transforms (:class:`~fedjax_sc.algorithms.upload.UploadTransform`) that compose with
+:func:`~fedjax_sc.algorithms.upload.chain`. A model's weights do not compress; the change a
 client made to them in a round does, so :func:`model_change` sends ``params - start`` (the
 shared params the client downloaded, ``UploadContext.start``) and the server adds it back to
 what it sent. After it, a compressor:
@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct, traverse_util
 
-from fedjax_sc.algorithms.base import Params, UploadContext, UploadTransform, encode_upload
+from fedjax_sc.algorithms.upload import Params, UploadContext, UploadTransform, encode_upload
 
 
 @struct.dataclass

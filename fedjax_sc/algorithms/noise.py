@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_sc.algorithms import hparams
-from fedjax_sc.algorithms.base import UploadContext, UploadTransform
+from fedjax_sc.algorithms.upload import UploadContext, UploadTransform
 
 PAPER_SIGMA = 0.01
 """Noise std of Li et al. 2021, Sec. 5.2 ("we add gaussian noise with sigma = 0.01 to the model
@@ -28,7 +28,7 @@ def gaussian_noise(sigma: float) -> UploadTransform:
         (traced in a population). A concrete 0 sends the message as is.
 
     Returns:
-      A stateless :class:`~fedjax_sc.algorithms.base.UploadTransform`; ``decode`` is the
+      A stateless :class:`~fedjax_sc.algorithms.upload.UploadTransform`; ``decode`` is the
       identity (the server cannot remove the noise). Leaf i of the message (in
       ``jax.tree.leaves`` order) draws from ``fold_in(rng, i)``. Integer leaves are sent as
       they are.

@@ -17,7 +17,6 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from fedjax_sc.algorithms.base import UploadTransform, chain
 from fedjax_sc.algorithms.hparams import is_traced, is_zero
 from fedjax_sc.algorithms.kteps_star import default_band, kteps_star, private_upload
 from fedjax_sc.algorithms.model_change import (
@@ -27,6 +26,7 @@ from fedjax_sc.algorithms.model_change import (
     scaled_sign,
     top_k,
 )
+from fedjax_sc.algorithms.upload import UploadTransform, chain
 
 COMPRESSIONS = ("none", "topk:FRACTION[+ef]", "bits:BITS", "sign[+ef]")
 """The spellings of ``--upload-compression``."""
