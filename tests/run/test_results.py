@@ -70,8 +70,8 @@ def test_a_running_run_is_exported_with_its_rounds_so_far(tmp_path, capsys):
                  "--store", str(store), "--methods", "fedavg", "fedper", "kteps",
                  "--dest", str(dest)]) == 0
     out = capsys.readouterr().out
-    assert "fedavg seed 0: 1 rounds, running" in out
-    assert "fedavg (running: round 1/1)" in out and "| pending |" in out
+    assert "fedavg seed 0: 1 rounds, unfinished" in out
+    assert "fedavg (unfinished: round 1/1)" in out and "| pending |" in out
     fedper = next(x for x in out.splitlines() if x.startswith("| fedper | 1 / 1 |"))
     assert fedper.startswith("| fedper | 1 / 1 | 0 / 1 |")  # its one seed not finished
     assert "(p) | n/a | pending |" in fedper  # personalised, marked: FedPer has no Ag
@@ -108,7 +108,7 @@ def test_a_grid_table_renders_from_results_with_a_running_run(tmp_path, capsys):
     assert main(["results", "render", "--table", "table7", "--scene", "synthetic",
                  "--dest", str(dest), "--no-plots"]) == 0
     text = capsys.readouterr().out
-    assert row(text).count("running: round 1/1") == 2
+    assert row(text).count("unfinished: round 1/1") == 2
     assert "| kteps_star | " in text  # Ag by round
 
 
@@ -155,7 +155,7 @@ def test_later_seeds_train_and_export_alone_beside_an_exported_seed_0(tmp_path, 
     assert main(["results", "render", "--table", "table3", "--scene", "synthetic",
                  "--dest", str(dest), "--no-plots"]) == 0
     out = capsys.readouterr().out
-    assert "| fedavg (seed 0; seed 1 running: round 1/1) |" in out
+    assert "| fedavg (seed 0; seed 1 unfinished: round 1/1) |" in out
     avg = next(x for x in out.splitlines() if x.startswith("| fedavg | 1 / 1 |"))
     assert avg.startswith(f"| fedavg | 1 / 1 | 1 / 2 | {ags[0]:.1f} |")
     assert main(render) == 0

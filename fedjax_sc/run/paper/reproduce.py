@@ -227,7 +227,7 @@ def format_table(table: str, c: TrainConfig, cells: dict[str, dict[str, Cell]],
                  reports: dict[tuple[str, int], dict], seeds: Sequence[int],
                  running: dict[str, int] | None = None) -> str:
     """Markdown: ``ours (paper)`` per cell, ours = mean +- std over seeds in percent;
-    ``running: round N/R`` where a run without every seed's report has reached round N
+    ``unfinished: round N/R`` where a run without every seed's report has reached round N
     (``running``: run name -> rounds done), ``not run`` where ``reports`` lacks a seed of any
     other cell's run, ``n/a`` where the run has no such figure (e.g. Ag of a method without a
     global model)."""
@@ -244,7 +244,7 @@ def format_table(table: str, c: TrainConfig, cells: dict[str, dict[str, Cell]],
         for col in columns:
             cell = by_column[col]
             if any((cell.run, s) not in reports for s in seeds):
-                mark = (f"running: round {running[cell.run]}/{c.rounds}"
+                mark = (f"unfinished: round {running[cell.run]}/{c.rounds}"
                         if cell.run in running else "not run")
                 out.append(mark + ("" if cell.paper is None else f" ({cell.paper})"))
                 continue

@@ -72,7 +72,7 @@ def export(store: str | Path, dest: str | Path, scene: str, table: str,
                 if (source / name).is_file():
                     shutil.copy2(source / name, target / name)
             rounds = len(_round_rows(target))
-            done = "finished" if (target / "report.json").is_file() else "running"
+            done = "finished" if (target / "report.json").is_file() else "unfinished"
             log(f"{method} seed {seed}: {rounds} rounds, {done} -> {target}")
             written.append(target)
     return written
@@ -105,7 +105,7 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
 
     Tables 2-3: the averages, then Ag^k and Ap^k per client beside the paper's. Tables 4-8:
     the table's grid as ``fedjax-sc reproduce`` prints it (ours (paper) per cell), with
-    ``running: round N/R`` for a run exported before it finished. Every table then gets Ag by
+    ``unfinished: round N/R`` for a run exported before it finished. Every table then gets Ag by
     round (every 10 rounds, the late-round spread, seconds per round) and the figure.
 
     Raises:
@@ -260,10 +260,10 @@ def _per_client(order: Sequence[str], seeds: Sequence[int], reports: dict, rows:
         if going and finished:  # the cells are the finished seeds'; say which, and the rest
             heads.append(f"{m} (seed{'s' if len(finished) > 1 else ''} "
                          f"{', '.join(map(str, finished))}; " + "; ".join(
-                             f"seed {s} running: round {len(rows[(m, s)])}/{rounds}"
+                             f"seed {s} unfinished: round {len(rows[(m, s)])}/{rounds}"
                              for s in going) + ")")
         elif going:
-            heads.append(f"{m} (running: round {max(len(rows[(m, s)]) for s in going)}"
+            heads.append(f"{m} (unfinished: round {max(len(rows[(m, s)]) for s in going)}"
                          f"/{rounds})")
         else:
             heads.append(m)
