@@ -5,9 +5,13 @@
 # results/fdu/beyond-50-rounds/METHOD[-seedS]/, then that folder's table.md and convergence
 # figure anew (examples/beyond_table.py, against the committed FedAvg, FedPer and KTEPS seed-0
 # runs). A run already in results/ with its report is left as it is; an unfinished one is not
-# touched. Prints what it landed; results/fdu/beyond.md's prose is written by hand.
+# touched, unless UNFINISHED=1: then a table's unfinished cells are exported too (their rounds
+# so far; the table shows "unfinished: round N/50"), so a session's progress lands even where
+# the machine and its run folders may not outlive it. Prints what it landed; results/fdu/
+# beyond.md's prose is written by hand.
 #
 #   bash examples/fdu_land.sh && git status --short results/
+#   UNFINISHED=1 bash examples/fdu_land.sh      # at the end of a session, a run still going
 #
 # OUT (default ~/fedjax_runs) and PYTHON (default /work/main/.venv/bin/python) may be set.
 set -eu
@@ -17,10 +21,12 @@ PY=${PYTHON:-/work/main/.venv/bin/python}
 F="env PYTHONPATH=$PWD $PY -m fedjax_sc.run.cli"
 for t in table4 table8 table7; do
   cells=""
-  for report in "$R/reproduce-$t"/fdu/*/seed-0/report.json; do
-    [ -f "$report" ] || continue
-    cell=$(basename "$(dirname "$(dirname "$report")")")
-    [ -f "results/fdu/$t/$cell-seed0/report.json" ] || cells="$cells $cell"
+  for metrics in "$R/reproduce-$t"/fdu/*/seed-0/metrics.jsonl; do
+    [ -f "$metrics" ] || continue
+    run=$(dirname "$metrics")
+    cell=$(basename "$(dirname "$run")")
+    [ -f "results/fdu/$t/$cell-seed0/report.json" ] && continue
+    if [ -f "$run/report.json" ] || [ "${UNFINISHED:-0}" = 1 ]; then cells="$cells $cell"; fi
   done
   if [ -n "$cells" ]; then
     $F results export --table $t --scene fdu --store "$R/reproduce-$t" --methods $cells
