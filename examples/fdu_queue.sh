@@ -8,7 +8,7 @@
 # A run is done when its folder in results/ (this checkout's: RESULTS) holds a report.json,
 # or when its run folder under OUT does (finished, not landed yet: examples/fdu_land.sh lands
 # it); a run folder without one is resumed (--resume). Runs go one at a time, so each lands
-# when it finishes. UNTIL (a date, e.g. UNTIL="today 12:00") stops the lane before a run that
+# when it finishes; a lane that is already running (its lock under OUT) is not started twice. UNTIL (a date, e.g. UNTIL="today 12:00") stops the lane before a run that
 # would not finish by then at EST_S seconds a run (default 9000: 50 rounds at 150-200 s on a
 # 2-core machine, alone, and the Ap phase): on a machine whose run folders do not outlive a
 # session, a run started too late is lost work (two lanes side by side took about 200 s a
@@ -37,6 +37,15 @@ EST_S=${EST_S:-9000}
 DATA="--scene fdu --data-dir $FDU_DIR --embeddings glove-6b-50d"
 ONE="--seeds 1 --first-seed 0 --no-plots --population-size 1"
 mkdir -p "$R/logs"
+# one lane of a kind at a time: a second would train the same run folder beside the first (a
+# lane left running from an earlier session, on a machine that outlived it)
+if [ -z "$list" ]; then
+  exec 9> "$R/$lane.lock"
+  if ! flock -n 9; then
+    echo "fdu_queue.sh: the $lane lane is already running ($R/$lane.lock is held)" >&2
+    exit 1
+  fi
+fi
 
 # run NAME DONE_IN RUN_FOLDER ARGS...: one run, unless it is done
 run() {
