@@ -82,6 +82,11 @@ class ClientStart(NamedTuple):
         FedDyn's gradient), ``()`` without one. Fixed during local training.
       server: the server's algorithm state as the client downloads it
         (:attr:`Hooks.server_init`; SCAFFOLD's c), ``()`` without one.
+      data: the client's whole training split as a :class:`Batch` (tokens int32
+        ``[N_max, len]``, labels int32 ``[N_max]``, mask bool ``[N_max]``, False on padding
+        rows), for what an algorithm needs of the client's data beyond the step's batch
+        (FedRoD's label counts); ``None`` where the caller holds none (the communication
+        probe). The client knows its own data: nothing of it leaves the client.
 
     With local vocabularies, every ``[V, d]`` leaf of ``state`` and ``server`` that sits at a
     word-embedding table's path (a path ending in ``embedding/embedding``) arrives as the
@@ -93,6 +98,7 @@ class ClientStart(NamedTuple):
     client: jax.Array | int = 0
     state: Any = ()
     server: Any = ()
+    data: Batch | None = None
 
 
 ClientLoss = Callable[[Params, Batch, jax.Array, ClientStart],

@@ -44,7 +44,7 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
       state=(), server=()) -> (params, RoundMetrics, start)`` for one client: ``tokens``
       int32 ``[max_examples, len]``, ``labels`` int32 ``[max_examples]``, ``mask`` bool
       ``[max_examples]``; ``knowledge``, ``client`` (int32 scalar), the client's algorithm
-      ``state`` and the ``server``'s reach the loss in its
+      ``state``, the ``server``'s and the client's whole split (``data``) reach the loss in its
       :class:`~fedjax_sc.algorithms.base.ClientStart` ``start`` (with ``params``, its local
       copies made (:mod:`fedjax_sc.core.copies`), as the start params), which is
       returned for the algorithm's ``client_end`` hook;
@@ -65,7 +65,8 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
     def client_update(params: Params, tokens, labels, mask, key, knowledge=(), client=0,
                       budget=None, state=(), server=()):
         params = copies.make_copies(params, algorithm.local_copies)
-        start = ClientStart(params, knowledge, client, state, server)
+        start = ClientStart(params, knowledge, client, state, server,
+                            Batch(tokens, labels, mask))
         loss_and_grad = gradient_fn(start)
 
         def step(params, inputs):

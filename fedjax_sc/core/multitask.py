@@ -88,17 +88,18 @@ def build_multitask_round(algorithm: Algorithm, *, batch_size: int, local_epochs
         bmask = jnp.swapaxes(bmask.reshape(num, steps, batch_size), 0, 1)
         clients_axis = jnp.arange(num, dtype=jnp.int32)
 
-        def client_loss(shared, private, private0, tokens, labels, i, m, e, j, key, k):
-            start = ClientStart(masking.merge(state.params, private0), (), k)
+        def client_loss(shared, private, private0, tokens, labels, mask, i, m, e, j, key, k):
+            start = ClientStart(masking.merge(state.params, private0), (), k,
+                                data=Batch(tokens, labels, mask))
             batch = Batch(tokens[i], labels[i], m)
             rng = step_key(key, e, j)
             return algorithm.client_loss(masking.merge(shared, private), batch, rng, start)
 
         def total(both, i, m, e, j):
             losses, aux = jax.vmap(client_loss,
-                                   in_axes=(None, 0, 0, 0, 0, 0, 0, None, None, 0, 0))(
-                both[0], both[1], client_states.private, clients.tokens, clients.labels, i, m,
-                e, j, keys, clients_axis)
+                                   in_axes=(None, 0, 0, 0, 0, 0, 0, 0, None, None, 0, 0))(
+                both[0], both[1], client_states.private, clients.tokens, clients.labels,
+                clients.mask, i, m, e, j, keys, clients_axis)
             return jnp.sum(losses), (losses, aux)
 
         def step(both, inputs):
@@ -142,7 +143,8 @@ def build_multitask_round(algorithm: Algorithm, *, batch_size: int, local_epochs
             i, m, e, j, k = inputs
             shared, private = both
             start = ClientStart(masking.merge(state.params, take(client_states.private, k)),
-                                (), k)
+                                (), k, data=Batch(clients.tokens[k], clients.labels[k],
+                                                  clients.mask[k]))
             batch = Batch(clients.tokens[k, i], clients.labels[k, i], m)
             rng = jax.random.fold_in(jax.random.fold_in(keys[k], e), j)
             loss = lambda sh, pr: algorithm.client_loss(masking.merge(sh, pr), batch, rng, start)

@@ -129,6 +129,7 @@ class TrainConfig:
       scaffold_global_lr: SCAFFOLD's eta_g (scaffold; 1, the paper's).
       ditto_lambda: Ditto's lambda (ditto; 1, the authors' run scripts).
       rep_head_steps: FedRep's head steps per round (fedrep; 200, one FDU epoch).
+      rod_label_prior: FedRoD's class counts, ``client`` or ``batch`` (fedrod; ``client``).
       perfedavg_alpha, perfedavg_variant: Per-FedAvg's inner step and variant (per_fedavg;
         0.01 and first order).
       apfl_alpha, apfl_alpha_lr: APFL's initial alpha and its step size (apfl; 0.5, the
@@ -270,6 +271,7 @@ class TrainConfig:
     scaffold_global_lr: float = registry.default("scaffold_global_lr")
     ditto_lambda: float = registry.default("ditto_lambda")
     rep_head_steps: int = registry.default("rep_head_steps")
+    rod_label_prior: str = registry.default("rod_label_prior")
     perfedavg_alpha: float = registry.default("perfedavg_alpha")
     perfedavg_variant: str = registry.default("perfedavg_variant")
     apfl_alpha: float = registry.default("apfl_alpha")

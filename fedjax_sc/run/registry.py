@@ -190,6 +190,10 @@ OPTIONS: dict[str, Option] = {
                              "of a round that train the private head (body frozen) before the "
                              "body steps (head frozen); 200 is one epoch of an FDU client "
                              "(fedrep; Collins et al. 2021)", ("fedrep",), True, "baselines"),
+    "rod_label_prior": Option(fedrod.fedrod, "label_prior", "FedRoD's class counts N_c of the "
+                              "balanced softmax: the client's training split (the authors') or "
+                              "the step's mini-batch (fedrod; Chen and Chao 2022)", ("fedrod",),
+                              group="baselines", choices=fedrod.LABEL_PRIORS),
     "perfedavg_alpha": Option(per_fedavg.per_fedavg, "alpha", "Per-FedAvg alpha, the inner "
                               "(adaptation) step size; beta is --lr (per_fedavg; Fallah, "
                               "Mokhtari and Ozdaglar 2020)", ("per_fedavg",), True,

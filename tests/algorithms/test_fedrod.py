@@ -1,6 +1,7 @@
 """FedRoD: the balanced softmax (its closed form; the cross-entropy with uniform counts), the
 personalised logits are the generic plus the personal ones, the personal loss reaches only the
-personal head, and the personal head stays on its client."""
+personal head, the class counts are the client's whole split (or the batch's), and the
+personal head stays on its client."""
 
 import chex
 import jax
@@ -54,22 +55,37 @@ def test_personalised_logits_are_generic_plus_personal():
                                 jax.nn.softmax(g), atol=1e-6)
 
 
-def test_the_personal_loss_trains_only_the_personal_head():
-    """Body and generic head get BSM's gradient alone; the personal head CE(sg(g) + p)'s."""
-    loss = fedrod.fedrod(MODEL).client_loss
+# the client's whole split: labels 0 x 3, 1 x 5, 2 x 1 on its real rows (the last is padding)
+SPLIT = Batch(jnp.zeros((10, 6), jnp.int32), jnp.array([0, 0, 0, 1, 1, 1, 1, 1, 2, 2]),
+              jnp.array([True] * 9 + [False]))
+
+
+@pytest.mark.parametrize("prior, counts", [("client", [3.0, 5.0, 1.0]),
+                                           ("batch", [2.0, 0.0, 2.0])])  # batch: 0, 2, 2, 0
+def test_the_personal_loss_trains_only_the_personal_head(prior, counts):
+    """Body and generic head get BSM's gradient alone, on the client's (or the batch's) class
+    counts; the personal head CE(sg(g) + p)'s."""
+    loss = fedrod.fedrod(MODEL, label_prior=prior).client_loss
     grads = jax.jit(jax.grad(lambda q: loss(q, BATCH, jax.random.key(2),
-                                            ClientStart(q))[0]))(PARAMS)
+                                            ClientStart(q, data=SPLIT))[0]))(PARAMS)
 
     def bsm(q):
         g, _ = MODEL.apply({"params": q}, BATCH.tokens, method=MODEL.heads)
-        counts = jnp.array([2.0, 0.0, 2.0])  # the real rows' labels 0, 2, 2, 0
-        return jnp.mean(fedrod.balanced_softmax(g, BATCH.labels, counts)[:4])
+        return jnp.mean(fedrod.balanced_softmax(g, BATCH.labels, jnp.array(counts))[:4])
 
     ref = jax.jit(jax.grad(bsm))(PARAMS)
     for name in ("embedding", "encoder", "classifier"):
         chex.assert_trees_all_close(grads[name], ref[name], atol=1e-6)
     assert float(jnp.max(jnp.abs(ref["personal"]["kernel"]))) == 0.0
     assert float(jnp.max(jnp.abs(grads["personal"]["kernel"]))) > 0.0
+
+
+def test_the_client_prior_needs_the_split_and_a_known_prior():
+    loss = fedrod.fedrod(MODEL).client_loss
+    with pytest.raises(ValueError, match="ClientStart.data"):
+        loss(PARAMS, BATCH, jax.random.key(2), ClientStart(PARAMS))
+    with pytest.raises(ValueError, match="label_prior"):
+        fedrod.fedrod(MODEL, label_prior="test")
 
 
 def test_the_personal_head_is_never_uploaded(scene, rounds):
