@@ -84,9 +84,10 @@ class ClientStart(NamedTuple):
         (:attr:`Hooks.server_init`; SCAFFOLD's c), ``()`` without one.
       data: the client's whole training split as a :class:`Batch` (tokens int32
         ``[N_max, len]``, labels int32 ``[N_max]``, mask bool ``[N_max]``, False on padding
-        rows), for what an algorithm needs of the client's data beyond the step's batch
-        (FedRoD's label counts); ``None`` where the caller holds none (the communication
-        probe). The client knows its own data: nothing of it leaves the client.
+        rows; the tokens are local-vocabulary ids where ``params`` holds a table as the
+        client's rows), for what an algorithm needs of the client's data beyond the step's
+        batch (FedRoD's label counts); ``None`` where the caller holds none (the
+        communication probe). The client knows its own data: nothing of it leaves it.
 
     With local vocabularies, every ``[V, d]`` leaf of ``state`` and ``server`` that sits at a
     word-embedding table's path (a path ending in ``embedding/embedding``) arrives as the
