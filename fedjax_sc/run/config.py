@@ -118,39 +118,18 @@ class TrainConfig:
         paper's 0.01, Sec. 5.2), else the algorithm's builder's (kteps_star: 0.01, Alg. 1;
         every other: none), so the library and the CLI train the same run; always 0 for
         indiv, fs and asp (:func:`fedjax_sc.run.plumbing.uploads.upload_settings`).
-      upload_compression: send the model change compressed: ``none``, ``topk:FRACTION`` or
-        ``bits:BITS`` (:mod:`fedjax_sc.run.plumbing.uploads`; not with ``pca_band``).
+      upload_compression: send the model change compressed: ``none``, ``topk:FRACTION``,
+        ``bits:BITS`` or ``sign``, ``+ef`` after topk or sign for error feedback
+        (:mod:`fedjax_sc.run.plumbing.uploads`; not with ``pca_band``).
       dp_clip: DP-SGD per-example clipping norm C on the shared leaves (None: no DP-SGD).
       dp_noise: DP-SGD noise multiplier z (noise std z * C on the summed clipped gradient).
       dp_delta: the delta at which the report states each client's epsilon.
-      prox_mu: FedProx's mu (fedprox, fedprox_kc; FedProx's value for Sent140: 0.01).
-      dyn_alpha: FedDyn's alpha (feddyn; the middle of its authors' grid: 0.01).
-      moon_mu, moon_temperature: MOON's mu and tau (moon; its authors' code: 1 and 0.5).
-      scaffold_global_lr: SCAFFOLD's eta_g (scaffold; 1, the paper's).
-      ditto_lambda: Ditto's lambda (ditto; 1, the authors' run scripts).
-      rep_head_steps: FedRep's head steps per round (fedrep; 200, one FDU epoch).
-      rod_label_prior: FedRoD's class counts, ``client`` or ``batch`` (fedrod; ``client``).
-      perfedavg_alpha, perfedavg_variant: Per-FedAvg's inner step and variant (per_fedavg;
-        0.01 and first order).
-      apfl_alpha, apfl_alpha_lr: APFL's initial alpha and its step size (apfl; 0.5, the
-        authors' code, and None: the client LR).
-      pfedme_lambda, pfedme_k, pfedme_personal_lr, pfedme_beta: pFedMe's lambda, K inner
-        steps, personal LR and server beta (pfedme; the authors' code: 15, 5, 0.09, 1).
-      mmd_weight: FedMMD's lambda (the two-stream code's MNIST value: 0.1).
-      mmd_kernel: FedMMD's kernel, ``multi`` (19 summed Gaussian kernels, Yao et al.'s code)
-        or ``median`` (one Gaussian, median-heuristic width).
-      fusion: FedFusion's operator, ``conv`` | ``multi`` | ``single`` (Yao et al. 2019).
-      fusion_init: the ``conv`` operator's initialisation, ``pytorch`` (Yao et al.'s code,
-        default) or ``half_identity`` (``[I/2, I/2]``: the plain model at the start).
+      prox_mu ... asp_schedule (except ``fusion_private_embedding``): an algorithm's own
+        options, one field each; each is documented once, in
+        :data:`fedjax_sc.run.registry.OPTIONS` (its help, the algorithms that read it), and
+        defaults to its builder's parameter (``fedjax-sc train --help`` lists both).
       fusion_private_embedding: FedFusion keeps each client's word embedding private (Li et
         al. 2021's run, Sec. 5.5; default True); False averages every leaf (Yao et al.).
-      fusion_gamma_momentum: the server's momentum on the ``multi`` / ``single`` fusion
-        weight, ``gamma <- mu * gamma + (1 - mu) * mean`` (Yao et al.'s code: 0.9; 0: mean).
-      kc_clusters / kc_iterations / kc_weight: FedKC's q, Lloyd iterations and alpha
-        (fedavg_kc, fedprox_kc; 10, 10, 0.1).
-      asp_adversarial / asp_orthogonal: ASP's lambda_adv, gamma (Liu et al. 2017: 0.05, 0.01).
-      asp_schedule: ASP's multi-task steps, ``alternate`` (one domain's batch per step, Liu et
-        al.'s loop; default) or ``sum`` (every domain's batch per step, gradients summed).
       server_opt: FedOpt server optimizer on the pseudo-gradient (``sgd``, ``momentum``,
         ``adam``, ``yogi``, ``adagrad``; Reddi et al. 2021); None: the aggregate is the model.
       server_lr / server_momentum / server_tau: its learning rate (None: 1.0 for sgd and
