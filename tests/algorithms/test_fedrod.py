@@ -42,6 +42,16 @@ def test_balanced_softmax_closed_form_and_uniform_counts(batch, classes, seed):
                                    rtol=1e-5, atol=1e-6)
 
 
+@settings(deadline=None, max_examples=20)
+@given(st.integers(1, 12), st.integers(2, 5), st.integers(0, 2**31 - 1))
+def test_label_counts_count_the_real_rows(rows, classes, seed):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, classes, rows)
+    mask = rng.random(rows) < 0.7
+    np.testing.assert_array_equal(fedrod.label_counts(labels, mask, classes),
+                                  np.bincount(labels[mask], minlength=classes))
+
+
 def test_personalised_logits_are_generic_plus_personal():
     g, p = MODEL.apply({"params": PARAMS}, BATCH.tokens, method=MODEL.heads)
     chex.assert_trees_all_close(MODEL.apply({"params": PARAMS}, BATCH.tokens), g + p)
