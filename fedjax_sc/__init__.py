@@ -24,13 +24,12 @@ from fedjax_sc.algorithms.base import (
     ClientStart,
     Hooks,
     ServerInputs,
-    UploadTransform,
-    chain,
 )
 from fedjax_sc.algorithms.context import BuildContext
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.kteps import kteps
 from fedjax_sc.algorithms.kteps_star import kteps_star
+from fedjax_sc.algorithms.upload import UploadTransform, chain
 from fedjax_sc.core.evaluate import make_evaluate, mean_accuracy
 from fedjax_sc.core.leaves import gather_table_rows, scatter_table_rows
 from fedjax_sc.core.personalize import make_personalize

@@ -71,7 +71,7 @@ from fedjax_sc.algorithms.base import (
     UploadContext,
     encode_upload,
 )
-from fedjax_sc.algorithms.masking import split_private  # noqa: F401 (re-exported)
+from fedjax_sc.algorithms.masking import split_private
 from fedjax_sc.core import copies, fednova, leaves
 from fedjax_sc.core.client import RoundMetrics, build_client_update  # noqa: F401 (re-exported)
 from fedjax_sc.core.heterogeneity import LocalWork, budgets, participation_weights
