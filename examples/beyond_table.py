@@ -11,6 +11,11 @@ to each reference run (``fedjax-sc compare``: test-sample noise only, one seed).
 runs: ``--run fedavg=results/fdu/table3/fedavg-seed0``). ``--figure PATH`` also draws every
 listed method's convergence (Ag per round, then Ap_t) in one PNG
 (:func:`fedjax_sc.run.paper.plots.convergence_figure`).
+
+A method with more seeds than seed 0 (run folders ``METHOD-seed1``, ``METHOD-seed2``, ... in
+``runs`` or named by ``--run``) gets a second table: Ag and Ap as mean +- std (ddof 1) over
+its seeds, and the mean over seeds of its difference to each reference at the same seed (the
+seeds both have), the spread over initialisations that one seed's bootstrap leaves out.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+
+import numpy as np
 
 from fedjax_sc.run.paper.compare import compare
 
@@ -66,6 +73,43 @@ def near_best(reports: dict[str, dict], margin: float = 0.005) -> str:
     return " ".join(lines)
 
 
+def seeds_table(methods: list[str], references: list[str], where) -> list[str]:
+    """The over-seeds table's lines (none when no method has a seed beyond 0): one row per
+    method with two or more finished seeds; ``where(name)`` is a run folder's path."""
+    def finished(m: str) -> dict[int, dict]:
+        out, s = {}, 0
+        while (where(m if s == 0 else f"{m}-seed{s}") / "report.json").exists():
+            out[s] = json.loads((where(m if s == 0 else f"{m}-seed{s}") / "report.json")
+                                .read_text())
+            s += 1
+        return out
+
+    def spread(values: list[float], signed: bool = False) -> str:
+        mean = f"{100 * np.mean(values):{'+' if signed else ''}.1f}"
+        return mean + (f" +- {100 * np.std(values, ddof=1):.1f}" if len(values) > 1 else "")
+
+    seeds = {m: finished(m) for m in dict.fromkeys(methods + references)}
+    rows = []
+    for m in methods:
+        if len(seeds[m]) < 2:
+            continue
+        cells = [m, str(len(seeds[m]))]
+        cells += [spread([r[k] for r in seeds[m].values()]) for k in ("Ag", "Ap")]
+        for ref in references:
+            for k in ("Ag", "Ap"):
+                both = [s for s in seeds[m] if s in seeds[ref]]
+                cells.append("" if ref == m or not both else spread(
+                    [seeds[m][s][k] - seeds[ref][s][k] for s in both], signed=True))
+        rows.append("| " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    head = ["method", "seeds", "Ag", "Ap"]
+    for r in references:
+        head += [f"Ag - {r}", f"Ap - {r}"]
+    return ["", "Over seeds (mean +- std; a difference: the mean over the seeds both have):",
+            "", "| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * (len(head) - 2)] + rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", type=Path, help="the folder holding one run folder per method")
@@ -95,6 +139,8 @@ def main() -> None:
         print(row(m, where(m), refs))
     print("\n" + near_best({m: json.loads((where(m) / "report.json").read_text())
                             for m in done}))
+    for line in seeds_table(done, args.reference, where):
+        print(line)
     if args.figure and done:
         from fedjax_sc.run.paper.plots import convergence_figure
         convergence_figure({m: where(m) for m in done}, args.figure,

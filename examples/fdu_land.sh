@@ -55,8 +55,10 @@ if [ -n "$new" ]; then
     if [ -f "$B/$m/report.json" ]; then methods="$methods $m"; fi
   done
   T=results/fdu/table3
+  seeds=""  # FedAvg's and KTEPS's seeds 1-2, for the over-seeds table of beyond_table.py
+  for m in fedavg kteps; do for s in 1 2; do seeds="$seeds --run $m-seed$s=$T/$m-seed$s"; done; done
   $PY examples/beyond_table.py $B --run fedavg=$T/fedavg-seed0 --run fedper=$T/fedper-seed0 \
-    --run kteps=$T/kteps-seed0 --reference fedavg kteps --methods $methods \
+    --run kteps=$T/kteps-seed0 $seeds --reference fedavg kteps --methods $methods \
     --figure $B/convergence.png > $B/table.md.new
   mv $B/table.md.new $B/table.md
   echo "$B/table.md and convergence.png written anew"
