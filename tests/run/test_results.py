@@ -171,3 +171,41 @@ def test_a_run_on_an_accelerator_names_it_beside_its_seconds():
     assert _accelerator({"environment": {"device": "gpu: NVIDIA H200 x 1"}}) == " (NVIDIA H200)"
     assert _accelerator({"environment": {"device": "cpu: cpu x 1"}}) == ""
     assert _accelerator({}) == ""  # a report older than the environment record
+
+
+def test_table4_pairs_each_finished_cell_with_the_settings_it_ablates(tmp_path, capsys):
+    from fedjax_sc.run.paper.compare import compare
+    store, dest = tmp_path / "store", tmp_path / "results"
+    cells = ["kteps_l1-0_l2-0", "kteps_l1-0.001_l2-0", "kteps"]
+    assert main(["reproduce", "table4", *TINY, "--methods", *cells, "--out", str(store)]) == 0
+    assert main(["results", "export", "--table", "table4", "--scene", "synthetic", "--store",
+                 str(store), "--methods", *cells, "--dest", str(dest), "--no-plots"]) == 0
+    text = (dest / "synthetic" / "table4.md").read_text()
+    section = text.split("## Each cell against")[1].split("## Ag by round")[0]
+    rows = [x.split(" | ") for x in section.splitlines() if x.startswith("| kteps")]
+    assert [r[:2] for r in rows] == [["| kteps_l1-0_l2-0", "kteps"],
+                                     ["| kteps_l1-0.001_l2-0", "kteps_l1-0_l2-0"],
+                                     ["| kteps_l1-0.001_l2-0", "kteps"]]  # and no kteps - (0, 0)
+    folder = dest / "synthetic" / "table4"
+    for r in rows:
+        for ap, cell in ((False, r[2]), (True, r[3].removesuffix(" |"))):
+            c = compare(folder / r[0][2:], folder / r[1], ap=ap, log=lambda _: None)
+            assert cell == (f"{100 * c['diff']:+.1f} ({100 * c['low']:+.1f}, "
+                            f"{100 * c['high']:+.1f})")
+    capsys.readouterr()
+    (folder / "kteps-seed0" / "report.json").unlink()  # as if still training: not paired
+    assert main(["results", "render", "--table", "table4", "--scene", "synthetic",
+                 "--dest", str(dest), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "| kteps_l1-0.001_l2-0 | kteps_l1-0_l2-0 |" in out and "| kteps |" not in out.split(
+        "## Each cell against")[1].split("## Ag by round")[0]
+
+
+def test_table8_pairs_a_cell_with_its_architecture_at_lambda1_0():
+    from fedjax_sc.run.paper.paired import BASELINES
+    from fedjax_sc.run.paper.table_plan import plan
+    names = [r.name for r in plan("table8", "fdu", 50)[0]]
+    assert {BASELINES["table8"](n) for n in names} == {
+        ("arch_a_l1-0",), ("arch_b_l1-0",), ("arch_c_l1-0",)}
+    assert all(b in names for b in ("arch_a_l1-0", "arch_b_l1-0", "arch_c_l1-0"))
+    assert set(BASELINES["table4"]("x")) <= {r.name for r in plan("table4", "fdu", 50)[0]}

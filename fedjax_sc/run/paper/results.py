@@ -27,7 +27,7 @@ import numpy as np
 
 from fedjax_sc.run import rundir
 from fedjax_sc.run.config import config_from_json
-from fedjax_sc.run.paper import gaps
+from fedjax_sc.run.paper import gaps, paired
 from fedjax_sc.run.paper import tables as paper
 from fedjax_sc.run.paper.reproduce import format_table, run_dir, seeds_label
 from fedjax_sc.run.paper.table_plan import TABLE23_METHODS, TABLES, client_metric, plan
@@ -105,7 +105,9 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
 
     Tables 2-3: the averages, then Ag^k and Ap^k per client beside the paper's. Tables 4-8:
     the table's grid as ``fedjax-sc reproduce`` prints it (ours (paper) per cell), with
-    ``unfinished: round N/R`` for a run exported before it finished. Every table then gets Ag by
+    ``unfinished: round N/R`` for a run exported before it finished; Tables 4 and 8 then pair
+    each finished cell with the setting it ablates (:mod:`fedjax_sc.run.paper.paired`). Every
+    table then gets Ag by
     round (every 10 rounds, the late-round spread, seconds per round) and the figure.
 
     Raises:
@@ -152,6 +154,8 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
                  _settings_line(c, seeds, table, scene, dest), ""]
         if plots:
             lines += [_heatmap(table, scene, cells, reports, seeds, dest), ""]
+        finished = {m for m in order if all((m, s) in reports for s in seeds)}
+        lines += paired.paired_section(table, dest / scene / table, order, finished)
     lines += _by_round(order, seeds, reports, rows, c["rounds"])
     text = "\n".join(lines) + "\n"
     target = dest / scene / f"{table}.md"
