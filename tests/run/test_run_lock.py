@@ -97,6 +97,11 @@ def _largest_file(folder):
     return max((p for p in folder.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
 
 
+# orbax reads a checkpoint's chunks concurrently under asyncio.run; when one read fails on the
+# damaged bytes, the loop closes while TensorStore may still complete another read and call
+# back into it ("Event loop is closed", raised in a TensorStore thread and ignored): a race in
+# orbax's error path after the failure this test provokes, not in ours
+@pytest.mark.filterwarnings("ignore:Exception ignored in:pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("damage", ["bytes", "emptied", "altered"])
 def test_a_damaged_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
         tmp_path, damage):
