@@ -78,10 +78,8 @@ def seeds_table(methods: list[str], references: list[str], where) -> list[str]:
     method with two or more finished seeds; ``where(name)`` is a run folder's path."""
     def finished(m: str) -> dict[int, dict]:
         out, s = {}, 0
-        while (where(m if s == 0 else f"{m}-seed{s}") / "report.json").exists():
-            out[s] = json.loads((where(m if s == 0 else f"{m}-seed{s}") / "report.json")
-                                .read_text())
-            s += 1
+        while (report := where(m if s == 0 else f"{m}-seed{s}") / "report.json").exists():
+            out[s], s = json.loads(report.read_text()), s + 1
         return out
 
     def spread(values: list[float], signed: bool = False) -> str:
