@@ -107,8 +107,8 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
     the table's grid as ``fedjax-sc reproduce`` prints it (ours (paper) per cell), with
     ``unfinished: round N/R`` for a run exported before it finished; Tables 4 and 8 then pair
     each finished cell with the setting it ablates (:mod:`fedjax_sc.run.paper.paired`). Every
-    table then gets Ag by
-    round (every 10 rounds, the late-round spread, seconds per round) and the figure.
+    table then gets Ag by round (every 10 rounds, the late-round spread, seconds per round) and
+    the figure.
 
     Raises:
       ValueError: an unknown table, or no exported run.
