@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedjax_sc.run.paper.compare import compare
+from fedjax_sc.run.paper.compare import compare, format_difference
 
 
 def pct(x: float | None) -> str:
@@ -39,7 +39,7 @@ def difference(run: Path, reference: Path, ap: bool) -> str:
         r = compare(run, reference, ap=ap, log=lambda _: None)
     except (ValueError, OSError):
         return "n/a"
-    return f"{100 * r['diff']:+.1f} ({100 * r['low']:+.1f}, {100 * r['high']:+.1f})"
+    return format_difference(r)
 
 
 def row(name: str, run: Path, references: list[Path]) -> str:

@@ -289,6 +289,13 @@ def _check_same_test(run_a: Path, run_b: Path, a: dict[str, Any], b: dict[str, A
                          f"ones")
 
 
+def format_difference(r: dict[str, Any]) -> str:
+    """A :func:`compare` result in one table cell: ``+d (low, high)``, the difference and its
+    interval in points with one decimal (``n/a`` for a figure that is NaN)."""
+    diff = lambda x: "n/a" if np.isnan(x) else f"{100 * x:+.1f}"
+    return f"{diff(r['diff'])} ({diff(r['low'])}, {diff(r['high'])})"
+
+
 def format_comparison(r: dict[str, Any]) -> str:
     """Markdown: one row per client (A, B, A - B in points; means over the seeds) and the Ag
     (or Ap) row with its interval, with several seeds each pair's, then the wins and the

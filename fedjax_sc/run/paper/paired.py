@@ -28,12 +28,12 @@ BASELINES: dict[str, Callable[[str], tuple[str, ...]]] = {
 
 def _difference(cell: Path, base: Path, ap: bool) -> str:
     """``+d (low, high)`` in points, or ``n/a`` where the runs' records cannot be paired."""
-    from fedjax_sc.run.paper.compare import compare
+    from fedjax_sc.run.paper.compare import compare, format_difference
     try:
         r = compare(cell, base, ap=ap, log=lambda _: None)
     except (ValueError, OSError) as e:
         return f"n/a ({str(e).splitlines()[0][:60]})"
-    return f"{100 * r['diff']:+.1f} ({100 * r['low']:+.1f}, {100 * r['high']:+.1f})"
+    return format_difference(r)
 
 
 def paired_section(table: str, folder: Path, order: Sequence[str],
