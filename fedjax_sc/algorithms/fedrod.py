@@ -19,14 +19,12 @@ detached generic logits in the personal loss. The hypernetwork variant that gene
 the label distribution (Fed-RoD (hyper)) is not implemented.
 
 N_c are the label counts of the client's whole training split (``label_prior="client"``, the
-default; PFLlib's ``sample_per_class``), read from ``ClientStart.data``: the same counts at
-every step, in training and in the Ap phase. With uniform counts BSM is the cross-entropy;
+default; PFLlib's ``sample_per_class``), read from ``ClientStart.data``, the same at every step.
 FDU-MTL's domains are close to balanced (700-822 reviews of a class in 1,500-1,600), so there
-BSM is near the cross-entropy. ``label_prior="batch"`` takes the counts of the step's
-mini-batch instead (an earlier version of this module did): a class absent from the batch then
-gets no probability mass (a one-class batch has zero BSM loss), and at batch 8 the counts move
-the logits by up to log 7 from step to step. Where ours differs: one optimizer (the client
-SGD) steps both losses at once; PFLlib steps them one after the other.
+BSM is near the cross-entropy. ``label_prior="batch"`` counts the step's mini-batch instead: a
+class absent from it gets no mass, and at batch 8 the counts move the logits by up to log 7
+from step to step. Where ours differs: one optimizer (the client SGD) steps both losses at
+once; PFLlib steps them one after the other.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ import optax
 from fedjax_sc.algorithms import predict
 from fedjax_sc.algorithms.aggregate import weighted_mean
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
-from fedjax_sc.algorithms.losses import masked_mean
+from fedjax_sc.algorithms.losses import balanced_softmax, label_counts, masked_mean
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM, client_sgd
 from fedjax_sc.models.text_classifier import TextClassifier, with_user
 
@@ -69,25 +67,6 @@ class FedRoDClassifier(TextClassifier):
     def __call__(self, tokens: jax.Array) -> jax.Array:
         g, p = self.heads(tokens)
         return g + p
-
-
-def balanced_softmax(logits: jax.Array, labels: jax.Array, counts: jax.Array) -> jax.Array:
-    """Per-example BSM, CE of ``logits + log counts`` (a zero count: no mass, not NaN).
-
-    Args:
-      logits: float ``[B, C]``; labels: int ``[B]``; counts: float ``[C]`` (>= 0).
-
-    Returns:
-      float32 ``[B]``.
-    """
-    prior = jnp.where(counts > 0, jnp.log(jnp.where(counts > 0, counts, 1.0)), -1e4)
-    return optax.softmax_cross_entropy_with_integer_labels(logits + prior, labels)
-
-
-def label_counts(labels: jax.Array, mask: jax.Array, num_classes: int) -> jax.Array:
-    """float32 ``[C]``: how many of the real rows (``mask`` bool ``[N]``) have each label
-    (``labels`` int ``[N]`` in [0, C))."""
-    return jnp.sum(jax.nn.one_hot(labels, num_classes) * mask[:, None], 0)
 
 
 def fedrod_loss(model: FedRoDClassifier, label_prior: str = "client"):

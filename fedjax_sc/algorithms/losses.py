@@ -249,3 +249,24 @@ def mmd(x: jax.Array, y: jax.Array, mask: jax.Array | None = None,
     w = m.astype(jnp.float32) / jnp.maximum(jnp.sum(m), 1.0)
     signed = jnp.concatenate([w, -w])  # mean embedding difference weights
     return jnp.maximum(signed @ k @ signed, 0.0)
+
+
+def balanced_softmax(logits: jax.Array, labels: jax.Array, counts: jax.Array) -> jax.Array:
+    """Per-example balanced softmax (Ren et al. 2020, "Balanced Meta-Softmax for Long-Tailed
+    Visual Recognition"; FedRoD's generic-head loss): the cross-entropy of ``logits + log
+    counts`` (a zero count: no mass, not NaN).
+
+    Args:
+      logits: float ``[B, C]``; labels: int ``[B]``; counts: float ``[C]`` (>= 0).
+
+    Returns:
+      float32 ``[B]``.
+    """
+    prior = jnp.where(counts > 0, jnp.log(jnp.where(counts > 0, counts, 1.0)), -1e4)
+    return optax.softmax_cross_entropy_with_integer_labels(logits + prior, labels)
+
+
+def label_counts(labels: jax.Array, mask: jax.Array, num_classes: int) -> jax.Array:
+    """float32 ``[C]``: how many of the real rows (``mask`` bool ``[N]``) have each label
+    (``labels`` int ``[N]`` in [0, C))."""
+    return jnp.sum(jax.nn.one_hot(labels, num_classes) * mask[:, None], 0)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedjax_sc.algorithms import fedrod, masking
+from fedjax_sc.algorithms import fedrod, losses, masking
 from fedjax_sc.algorithms.base import Batch, ClientStart
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
@@ -34,11 +34,11 @@ def test_balanced_softmax_closed_form_and_uniform_counts(batch, classes, seed):
     counts[labels] += 1  # every label is present
     weighted = counts * np.exp(logits)
     expected = -np.log(weighted[np.arange(batch), labels] / weighted.sum(-1))
-    np.testing.assert_allclose(fedrod.balanced_softmax(logits, labels, counts), expected,
+    np.testing.assert_allclose(losses.balanced_softmax(logits, labels, counts), expected,
                                rtol=1e-4, atol=1e-5)
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
     for uniform in (np.ones(classes), np.full(classes, 7.0)):
-        np.testing.assert_allclose(fedrod.balanced_softmax(logits, labels, uniform), ce,
+        np.testing.assert_allclose(losses.balanced_softmax(logits, labels, uniform), ce,
                                    rtol=1e-5, atol=1e-6)
 
 
@@ -48,7 +48,7 @@ def test_label_counts_count_the_real_rows(rows, classes, seed):
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, classes, rows)
     mask = rng.random(rows) < 0.7
-    np.testing.assert_array_equal(fedrod.label_counts(labels, mask, classes),
+    np.testing.assert_array_equal(losses.label_counts(labels, mask, classes),
                                   np.bincount(labels[mask], minlength=classes))
 
 
@@ -81,7 +81,7 @@ def test_the_personal_loss_trains_only_the_personal_head(prior, counts):
 
     def bsm(q):
         g, _ = MODEL.apply({"params": q}, BATCH.tokens, method=MODEL.heads)
-        return jnp.mean(fedrod.balanced_softmax(g, BATCH.labels, jnp.array(counts))[:4])
+        return jnp.mean(losses.balanced_softmax(g, BATCH.labels, jnp.array(counts))[:4])
 
     ref = jax.jit(jax.grad(bsm))(PARAMS)
     for name in ("embedding", "encoder", "classifier"):
