@@ -289,11 +289,15 @@ def _check_same_test(run_a: Path, run_b: Path, a: dict[str, Any], b: dict[str, A
                          f"ones")
 
 
+def _signed_points(x: float) -> str:
+    """A difference of fractions in signed points with one decimal (``n/a`` for NaN)."""
+    return "n/a" if np.isnan(x) else f"{100 * x:+.1f}"
+
+
 def format_difference(r: dict[str, Any]) -> str:
     """A :func:`compare` result in one table cell: ``+d (low, high)``, the difference and its
     interval in points with one decimal (``n/a`` for a figure that is NaN)."""
-    diff = lambda x: "n/a" if np.isnan(x) else f"{100 * x:+.1f}"
-    return f"{diff(r['diff'])} ({diff(r['low'])}, {diff(r['high'])})"
+    return f"{_signed_points(r['diff'])} ({_signed_points(r['low'])}, {_signed_points(r['high'])})"
 
 
 def format_comparison(r: dict[str, Any]) -> str:
@@ -301,7 +305,7 @@ def format_comparison(r: dict[str, Any]) -> str:
     (or Ap) row with its interval, with several seeds each pair's, then the wins and the
     number of examples the models score differently."""
     pts = lambda x: "n/a" if np.isnan(x) else f"{100 * x:.1f}"
-    diff = lambda x: "n/a" if np.isnan(x) else f"{100 * x:+.1f}"
+    diff = _signed_points
     seeds = r.get("seeds") or []
     rounds = lambda s: (f"rounds {'/'.join(map(str, s['round']))}" if seeds
                         else f"round {s['round']}")
