@@ -32,9 +32,10 @@ from __future__ import annotations
 import flax.linen as nn
 from flax import traverse_util
 
+from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm, Hooks, ServerInputs
 from fedjax_sc.algorithms.fedavg import fedavg
-from fedjax_sc.algorithms.fedrep import head_mask, head_then_body
+from fedjax_sc.algorithms.fedrep import head_then_body
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 
 HEAD = r"^classifier/output/"
@@ -52,7 +53,7 @@ def keep_head(inputs: ServerInputs):
     Raises:
       ValueError: the params hold no head leaf.
     """
-    mask = traverse_util.flatten_dict(head_mask(inputs.params, HEAD))
+    mask = traverse_util.flatten_dict(masking.matching(inputs.params, HEAD))
     new = traverse_util.flatten_dict(inputs.params)
     old = traverse_util.flatten_dict(inputs.previous)
     kept = {p: old[p] if is_head else new[p] for p, is_head in mask.items()}

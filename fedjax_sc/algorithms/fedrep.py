@@ -28,16 +28,13 @@ client optimizer's schedule is not used there). No weight decay (theirs: 1e-4).
 
 from __future__ import annotations
 
-import re
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
-from flax import traverse_util
 
-from fedjax_sc.algorithms import hparams
-from fedjax_sc.algorithms.base import Algorithm, Params
+from fedjax_sc.algorithms import hparams, masking
+from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 
@@ -47,24 +44,6 @@ RULES = {"private": HEAD, "shared": r"^(embedding|encoder|classifier/hidden)/"}
 """FedRep's leaf rules: the head private, the representation shared."""
 DEFAULT_HEAD_STEPS = 200
 """tau_h in real local steps (see the module docstring)."""
-
-
-def head_mask(params: Params, head: str) -> Params:
-    """A bool pytree shaped as ``params``: True on the leaves whose path matches ``head``.
-
-    Args:
-      params: the model's params (a nested dict).
-      head: a regular expression searched in each leaf's ``/``-joined path (:data:`HEAD`).
-
-    Raises:
-      ValueError: ``head`` matches no leaf.
-    """
-    flat = traverse_util.flatten_dict(params)
-    mask = {p: re.search(head, "/".join(p)) is not None for p in flat}
-    if not any(mask.values()):
-        raise ValueError(f"head rule {head!r} matches no leaf of "
-                         f"{['/'.join(p) for p in flat]}")
-    return traverse_util.unflatten_dict(mask)
 
 
 def head_then_body(inner: optax.GradientTransformation, head: str,
@@ -95,7 +74,7 @@ def head_then_body(inner: optax.GradientTransformation, head: str,
     def update(grads, state, params=None):
         count, inner_state = state
         on_head = count < head_steps
-        active = jax.tree.map(lambda h: on_head if h else ~on_head, head_mask(grads, head))
+        active = jax.tree.map(lambda h: on_head if h else ~on_head, masking.matching(grads, head))
         gate = lambda tree: jax.tree.map(lambda x, a: jnp.where(a, x, jnp.zeros_like(x)),
                                          tree, active)
         updates, inner_state = inner.update(gate(grads), inner_state, params)

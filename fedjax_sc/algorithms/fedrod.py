@@ -1,35 +1,31 @@
 """FedRoD (Chen and Chao 2022, "On Bridging Generic and Personalized Federated Learning for
-Image Classification", ICLR 2022): a shared body with two heads.
+Image Classification", ICLR 2022): a shared body with two heads
+(:class:`~fedjax_sc.models.generic_personal.FedRoDClassifier`).
 
-The body (embedding + BiGRU + SeqMean, features z) and the generic head h_G (the MLP
+The body (embedding + BiGRU + SeqMean, features z) and the generic head g = h_G(z) (the MLP
 classifier) are shared and trained with the balanced softmax (BSM; Ren et al. 2020) on the
-client's label counts N_c, a loss whose minimiser does not depend on the client's class prior:
+client's label counts N_c, whose minimiser does not depend on the client's class prior; the
+private personal head h_P (one linear layer) adds its logits to g and learns by cross-entropy
+with the body and g held fixed::
 
-    L_BSM = -log( N_y exp(g_y) / sum_c N_c exp(g_c) ),   g = h_G(z)
-
-The personal head h_P (one linear layer on z, private) adds its logits to the generic head's;
-it learns by cross-entropy with the body and the generic logits held fixed:
-
+    L_BSM = -log( N_y exp(g_y) / sum_c N_c exp(g_c) )
     L = L_BSM(g) + CE(stop_gradient(g) + h_P(stop_gradient(z)))
 
-Personalised prediction: softmax(g + h_P(z)) (Ap); generic prediction: the generic head alone,
-from the server's shared leaves (Ag). As in the reproductions we read (PFLlib ``clientrod``,
-TsingZ0/PFLlib; hongyouc/Fed-RoD holds no code): a linear personal head on detached features,
-detached generic logits in the personal loss. The hypernetwork variant that generates h_P from
-the label distribution (Fed-RoD (hyper)) is not implemented.
+Ap predicts softmax(g + h_P(z)); Ag the generic head alone, from the server's shared leaves.
+As in the reproduction we read (PFLlib ``clientrod``, TsingZ0/PFLlib; hongyouc/Fed-RoD holds
+no code): a linear personal head on detached features, detached g in the personal loss. The
+hypernetwork variant (Fed-RoD (hyper)) is not implemented.
 
-N_c are the label counts of the client's whole training split (``label_prior="client"``, the
-default; PFLlib's ``sample_per_class``), read from ``ClientStart.data``, the same at every step.
-FDU-MTL's domains are close to balanced (700-822 reviews of a class in 1,500-1,600), so there
-BSM is near the cross-entropy. ``label_prior="batch"`` counts the step's mini-batch instead: a
-class absent from it gets no mass, and at batch 8 the counts move the logits by up to log 7
-from step to step. Where ours differs: one optimizer (the client SGD) steps both losses at
-once; PFLlib steps them one after the other.
+N_c count the client's whole training split (``label_prior="client"``, the default; PFLlib's
+``sample_per_class``), read from ``ClientStart.data``. FDU-MTL's domains are close to balanced
+(700-822 reviews of a class in 1,500-1,600), so there BSM is near the cross-entropy.
+``label_prior="batch"`` counts the step's mini-batch: an absent class gets no mass, and at
+batch 8 the counts move the logits by up to log 7 from step to step. Where ours differs: one
+optimizer (the client SGD) steps both losses at once; PFLlib steps them one after the other.
 """
 
 from __future__ import annotations
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -39,7 +35,7 @@ from fedjax_sc.algorithms.aggregate import weighted_mean
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
 from fedjax_sc.algorithms.losses import balanced_softmax, label_counts, masked_mean
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM, client_sgd
-from fedjax_sc.models.text_classifier import TextClassifier, with_user
+from fedjax_sc.models.generic_personal import FedRoDClassifier
 
 LABEL_PRIORS = ("client", "batch")
 """Where the balanced softmax's class counts N_c come from (see the module docstring)."""
@@ -48,31 +44,8 @@ RULES = {"private": r"^(personal|user)/", "shared": r"^(embedding|encoder|classi
 """The personal head (and a FURL user vector) stay on the client; body and generic head go."""
 
 
-class FedRoDClassifier(TextClassifier):
-    """``TextClassifier`` with a private linear personal head ``personal/{kernel [2h, C],
-    bias [C]}`` on the pooled features. ``__call__`` returns the personalised logits g + p,
-    ``global_logits`` the generic head's g (the other methods as ``TextClassifier``)."""
-
-    def setup(self):
-        super().setup()
-        self.personal = nn.Dense(self.num_classes, dtype=self.dtype)
-
-    def heads(self, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """``(g, p)``: float32 ``[batch, C]`` generic and personal logits for int32 tokens
-        ``[batch, len]``; p reads the features through ``stop_gradient``."""
-        z = self.features(tokens)
-        g = self.classifier(with_user(z, self.user, personal=True))
-        return g, self.personal(jax.lax.stop_gradient(z)).astype(jnp.float32)
-
-    def __call__(self, tokens: jax.Array) -> jax.Array:
-        g, p = self.heads(tokens)
-        return g + p
-
-
 def fedrod_loss(model: FedRoDClassifier, label_prior: str = "client"):
-    """The FedRoD client loss, L = L_BSM(g) + CE(sg(g) + p) of the module docstring (Chen and
-    Chao 2022; the balanced softmax of Ren et al. 2020 for the generic head g, the personal
-    head p trained by the cross-entropy of g + p).
+    """The FedRoD client loss, L = L_BSM(g) + CE(sg(g) + p) of the module docstring.
 
     Args:
       model: the :class:`FedRoDClassifier` whose ``heads(tokens)`` gives the generic and

@@ -1,4 +1,6 @@
-"""Client losses (Li et al. 2021, Eq. 5)."""
+"""Client losses and the loss terms methods add to them: the cross-entropy (Li et al. 2021,
+Eq. 5), KTEPS's HSIC and knowledge transfer, FedMMD's MMD, FedRoD's balanced softmax and MOON's
+model-contrastive term (each function cites its source)."""
 
 from __future__ import annotations
 
@@ -270,3 +272,35 @@ def label_counts(labels: jax.Array, mask: jax.Array, num_classes: int) -> jax.Ar
     """float32 ``[C]``: how many of the real rows (``mask`` bool ``[N]``) have each label
     (``labels`` int ``[N]`` in [0, C))."""
     return jnp.sum(jax.nn.one_hot(labels, num_classes) * mask[:, None], 0)
+
+
+def contrastive_loss(z: jax.Array, z_glob: jax.Array, z_prev: jax.Array, mask: jax.Array,
+                     temperature: float, has_previous: jax.Array) -> jax.Array:
+    """l_con of MOON's Eq. 1 (Li, He and Song 2021, "Model-Contrastive Federated Learning"),
+    averaged over the real examples: one positive (z_glob) and one negative (z_prev) per
+    example, cosine similarity over tau.
+
+    Args:
+      z: float ``[B, f]`` representations of the local model.
+      z_glob: the same for the global model.
+      z_prev: the same for the previous local model.
+      mask: bool ``[B]``, the batch's real examples.
+      temperature: tau > 0 (not checked here; MOON's builder checks it).
+      has_previous: float32 scalar (or a Python number): 1 where a previous model exists, 0
+        in a client's first round (the term is 0 there).
+
+    Returns:
+      float32 scalar (the cosines are computed in float32 whatever the features' dtype).
+    """
+    def norm(a):  # finite gradient at 0 too (a padding example's features)
+        return jnp.sqrt(jnp.maximum(jnp.sum(a * a, -1), 1e-16))
+
+    def cos(a, b):  # PyTorch's CosineSimilarity: the product of norms clamped at 1e-8
+        a = a.astype(jnp.float32)
+        b = b.astype(jnp.float32)
+        return jnp.sum(a * b, -1) / jnp.maximum(norm(a) * norm(b), 1e-8)
+
+    positive, negative = cos(z, z_glob) / temperature, cos(z, z_prev) / temperature
+    per_example = jnp.logaddexp(positive, negative) - positive
+    weights = mask.astype(jnp.float32)
+    return has_previous * jnp.sum(weights * per_example) / jnp.maximum(jnp.sum(weights), 1.0)

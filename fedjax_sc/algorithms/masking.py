@@ -72,6 +72,20 @@ def label_leaves(params: Params, rules: Mapping[str, str | Sequence[str]]) -> Pa
     return traverse_util.unflatten_dict(labels)
 
 
+def matching(params: Params, pattern: str) -> Params:
+    """A bool pytree shaped as ``params``: True on the leaves whose ``/``-joined path
+    ``pattern`` matches (``re.search``), e.g. a head's leaves for an optimizer's freeze.
+
+    Raises:
+      ValueError: ``pattern`` matches no leaf (the message lists the paths).
+    """
+    flat = traverse_util.flatten_dict(params)
+    mask = {p: re.search(pattern, "/".join(p)) is not None for p in flat}
+    if not any(mask.values()):
+        raise ValueError(f"rule {pattern!r} matches no leaf of {list(map('/'.join, flat))}")
+    return traverse_util.unflatten_dict(mask)
+
+
 def select(params: Params, labels: Params, label: str) -> Params:
     """The sub-pytree of the leaves labelled ``label`` (nested dict; other leaves absent)."""
     flat = traverse_util.flatten_dict(params)

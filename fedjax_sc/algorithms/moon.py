@@ -10,19 +10,14 @@ towards the downloaded global model's z_glob and away from the previous local mo
                                                 + exp(cos(z, z_prev) / tau)) )
     L = CE + mu * l_con
 
-As in the authors' code: no previous model exists in a client's first round, and with the
-positive logit alone the term is exactly 0 there; the previous model is the one the client
-trained last (a pool of one model, ``--model_buffer_size 1``, their default); both frozen
-models run without gradient; mu = 1 and tau = 0.5 are their defaults.
-
-Where ours differs: the representation is the model's pooled features (the BiGRU's sequence
-mean that the classifier reads, ``TextClassifier.features``), not the output of an extra
-projection head; the paper's image models add a two-layer head for it, and the classifier's
-own hidden layer takes that place here, so the model, and every other method's, stays the
-paper's Embedding-BiGRU-MLP. The client state (the previous model and whether there is one)
-is :class:`~fedjax_sc.algorithms.base.Hooks` state: kept across rounds, checkpointed, kept by
-a client that sits a round out, and handled by rows under local vocabularies. mu = 0 is FedAvg
-exactly.
+As in the authors' code: in a client's first round there is no previous model and the term is
+0 (the positive logit alone); the previous model is the one the client trained last (their
+default ``--model_buffer_size 1``); both frozen models run without gradient; mu = 1, tau = 0.5.
+Where ours differs: z is the model's pooled features (``TextClassifier.features``, what the
+classifier reads), not an extra projection head's output (their image models add one; the
+classifier's hidden layer takes its place, so the model stays Embedding-BiGRU-MLP). The client
+state (the previous model, and whether there is one) is ``Hooks`` state: checkpointed, kept by
+a client that sits a round out. mu = 0 is FedAvg exactly.
 """
 
 from __future__ import annotations
@@ -34,43 +29,13 @@ import jax.numpy as jnp
 from fedjax_sc.algorithms import hparams, masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientEnd, ClientStart, Hooks, Params
 from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.algorithms.losses import contrastive_loss
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 
 DEFAULT_MU = 1.0
 """mu, the contrastive term's weight (the authors' code default, ``--mu 1``)."""
 DEFAULT_TEMPERATURE = 0.5
 """tau (the authors' code default, ``--temperature 0.5``)."""
-
-
-def contrastive_loss(z: jax.Array, z_glob: jax.Array, z_prev: jax.Array, mask: jax.Array,
-                     temperature: float, has_previous: jax.Array) -> jax.Array:
-    """l_con of MOON's Eq. 1, averaged over the real examples.
-
-    Args:
-      z: float ``[B, f]`` representations of the local model.
-      z_glob: the same for the global model.
-      z_prev: the same for the previous local model.
-      mask: bool ``[B]``, the batch's real examples.
-      temperature: tau > 0 (not checked here: :func:`model_contrastive` checks it; 0 gives
-        inf or nan).
-      has_previous: float32 scalar (or a Python number), 1 where a previous model exists, 0
-        in a client's first round (where the one-logit cross-entropy, and so the term, is 0).
-
-    Returns:
-      float32 scalar (the cosines are computed in float32 whatever the features' dtype).
-    """
-    def norm(a):  # finite gradient at 0 too (a padding example's features)
-        return jnp.sqrt(jnp.maximum(jnp.sum(a * a, -1), 1e-16))
-
-    def cos(a, b):  # PyTorch's CosineSimilarity: the product of norms clamped at 1e-8
-        a = a.astype(jnp.float32)
-        b = b.astype(jnp.float32)
-        return jnp.sum(a * b, -1) / jnp.maximum(norm(a) * norm(b), 1e-8)
-
-    positive, negative = cos(z, z_glob) / temperature, cos(z, z_prev) / temperature
-    per_example = jnp.logaddexp(positive, negative) - positive
-    weights = mask.astype(jnp.float32)
-    return has_previous * jnp.sum(weights * per_example) / jnp.maximum(jnp.sum(weights), 1.0)
 
 
 def model_contrastive(algorithm: Algorithm, mu: float = DEFAULT_MU,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import jax
+import jax.numpy as jnp
 import optax
 
 from fedjax_sc.algorithms import hparams, masking
@@ -53,6 +55,14 @@ def client_sgd(learning_rate: float, momentum: float = MOMENTUM,
         {"embedding": sgd(embedding_learning_rate), "rest": sgd(learning_rate)},
         lambda params: masking.label_leaves(
             params, {"embedding": EMBEDDING_RULE, "rest": r"^(?!(private_)?embedding/)"}))
+
+
+def momentum_steps(steps: jax.Array, momentum: hparams.Value) -> jax.Array:
+    """sum_{t=1..K} (1 - rho^t) / (1 - rho) for int32 scalar K and rho in [0, 1): the steps
+    of a constant gradient under heavy-ball momentum (optax's); float32 scalar, K at rho = 0."""
+    k, rho = steps.astype(jnp.float32), jnp.asarray(momentum, jnp.float32)
+    safe = jnp.where(rho > 0, 1.0 - rho, 1.0)
+    return jnp.where(rho > 0, (k - rho * (1.0 - rho ** k) / safe) / safe, k)
 
 
 SCHEDULES = ("constant", "cosine", "step:EVERY:FACTOR", "exponential:FACTOR")

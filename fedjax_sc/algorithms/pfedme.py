@@ -11,15 +11,14 @@ gradient; the server moves w by beta towards the clients' mean (beta = 1: FedAvg
     w <- w - eta lambda (w - theta);      server: w <- (1 - beta) w + beta mean_i w_i
 
 theta is the private copy of :class:`~fedjax_sc.models.personal_copy.PersonalCopy` (never sent,
-kept across rounds, checkpointed); the ``client_gradient`` returns lambda (w - theta) for w and
-theta_old - theta_new for theta, which the optimizer's theta part turns into theta_new. Ag is
-w; Ap scores theta (the authors' personalised model), then fine-tunes it on f alone.
-
-Defaults: the authors' lambda 15, K 5, p 0.09, beta 1. Where ours differs: theta warm-starts
-from the previous step's value across rounds too (their clients reset it to the downloaded w
-at a round's start); no 0.001 theta (L2) term in the inner step; w steps by the client
-optimizer (momentum included). With local vocabularies the coupling acts on the client's rows
-only (the dense table pulls every row of w towards theta's): exact in the first round only.
+kept across rounds); the ``client_gradient`` returns lambda (w - theta) for w and theta_old -
+theta_new for theta, which the optimizer's theta part turns into theta_new. Ag is w; Ap scores
+theta (the authors' personalised model), then fine-tunes it on f alone. Defaults: the authors'
+lambda 15, K 5, p 0.09, beta 1. Where ours differs: theta warm-starts from the previous step's
+value across rounds too (their clients reset it to the downloaded w at a round's start); no
+0.001 theta (L2) term in the inner step; w steps by the client optimizer (momentum included);
+with local vocabularies the coupling acts on the client's rows only (the dense table pulls
+every row of w towards theta's): exact in the first round only.
 """
 
 from __future__ import annotations
@@ -53,9 +52,8 @@ def moreau_gradient(lam: float, steps: int, personal_learning_rate: float):
     """The ``client_gradient`` factory of pFedMe (see the module docstring).
 
     Args:
-      lam: lambda > 0.
-      steps: K >= 1 (a Python int: the inner loop's length).
-      personal_learning_rate: p > 0.
+      lam, steps, personal_learning_rate: lambda > 0, K >= 1 (a Python int: the inner loop's
+        length) and p > 0.
 
     Returns:
       ``factory(bound_loss) -> grad_fn``; ``grad_fn(params, batch, rng) -> ((loss, aux),
@@ -103,12 +101,8 @@ def pfedme(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: flo
     Args:
       model: the classifier (``TextClassifier`` without a FURL vector); the algorithm's model
         is ``PersonalCopy(model)``: w and the client's theta.
-      learning_rate: the step size of the client SGD of w (paper: eta).
-      momentum: its momentum.
-      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
-      lam: lambda (:func:`moreau_gradient`).
-      steps: K (:func:`moreau_gradient`).
-      personal_learning_rate: p (:func:`moreau_gradient`).
+      learning_rate, momentum, embedding_learning_rate: the client SGD of w (eta: the step).
+      lam, steps, personal_learning_rate: lambda, K and p (:func:`moreau_gradient`).
       beta: > 0 (a traced value goes through an SGD server step; a concrete 1 keeps the mean).
 
     Raises:

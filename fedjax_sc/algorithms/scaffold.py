@@ -2,24 +2,22 @@
 Controlled Averaging for Federated Learning", Algorithm 1 with option II).
 
 Client i keeps a control variate c_i, the server keeps c (both zero at first, shaped as the
-shared leaves). Every local step follows the gradient corrected by c - c_i (line 10), here the
-gradient of the term <c - c_i, w - stop_grad(w)>, whose value is 0. After K local steps of
-size eta from x to y_i (line 12, option II) and at the server (lines 16-17)::
+shared leaves). A local step follows the gradient corrected by c - c_i (line 10): the gradient
+of the added term <c - c_i, w - stop_grad(w)>, whose value is 0. After K local steps of size
+eta from x to y_i (line 12, option II) and at the server (lines 16-17)::
 
     c_i+ = c_i - c + (x - y_i) / (K eta),     x <- x + eta_g mean_{i in S}(y_i - x),
     c <- c + (1 / N) sum_{i in S} (c_i+ - c_i)
 
-With heavy-ball momentum rho, K eta becomes eta sum_{t=1..K} (1 - rho^t) / (1 - rho), the
-distance of K steps along a constant gradient (:func:`momentum_steps`; rho = 0 is the paper's);
-with a separate embedding step size the tables use theirs. Written on
-:class:`~fedjax_sc.algorithms.base.Hooks`: c goes down with the model, the change of c_i up
-with the upload. Round 1 (c = c_i = 0) is FedAvg's; one client is FedAvg in every round.
-
-Where ours differs from Algorithm 1 and from FL-bench (``src/{client,server}/scaffold.py``,
-``global_lr`` 1 by default, uniform mean of the y_i - x, plain SGD): the mean of the y_i is
-the algorithm's aggregate (FedAvg: weighted by N^k); the momentum correction above; with local
-vocabularies a client corrects only its own words' table rows (the dense model moves every row
-by c - c_i; c_i's other rows stay 0 either way). Ap fine-tunes with the corrected gradient.
+c goes down with the model, c_i+ - c_i up with the upload (the algorithm's ``Hooks``). Round
+1 (c = c_i = 0) is FedAvg's; one client is FedAvg in every round. Where ours differs from
+Algorithm 1 and FL-bench (``src/{client,server}/scaffold.py``: ``global_lr`` 1, a uniform mean
+of y_i - x, plain SGD): the mean of the y_i is the algorithm's aggregate (FedAvg: weighted by
+N^k); under heavy-ball momentum rho, K eta is the distance of K steps along a constant
+gradient (``optimizers.momentum_steps``; rho = 0 is the paper's), the embedding tables with
+their own eta; with local vocabularies a client corrects only its own words' rows (the dense
+model moves every row by c - c_i; c_i's other rows stay 0 either way). Ap fine-tunes with the
+corrected gradient.
 """
 
 from __future__ import annotations
@@ -34,18 +32,10 @@ from flax import traverse_util
 from fedjax_sc.algorithms import hparams, masking
 from fedjax_sc.algorithms.base import Algorithm, ClientEnd, Hooks, ServerInputs
 from fedjax_sc.algorithms.fedavg import fedavg
-from fedjax_sc.algorithms.optimizers import EMBEDDING_RULE, LEARNING_RATE, MOMENTUM
+from fedjax_sc.algorithms.optimizers import EMBEDDING_RULE, LEARNING_RATE, MOMENTUM, momentum_steps
 
 DEFAULT_GLOBAL_LR = 1.0
 """eta_g, the server's step size (the paper's experiments and FL-bench's default: 1)."""
-
-
-def momentum_steps(steps: jax.Array, momentum: hparams.Value) -> jax.Array:
-    """sum_{t=1..K} (1 - rho^t) / (1 - rho) for int32 scalar K and rho in [0, 1): the steps
-    of a constant gradient under heavy-ball momentum (optax's); float32 scalar, K at rho = 0."""
-    k, rho = steps.astype(jnp.float32), jnp.asarray(momentum, jnp.float32)
-    safe = jnp.where(rho > 0, 1.0 - rho, 1.0)
-    return jnp.where(rho > 0, (k - rho * (1.0 - rho ** k) / safe) / safe, k)
 
 
 def control_variates(algorithm: Algorithm, learning_rate: hparams.Value,
@@ -58,13 +48,12 @@ def control_variates(algorithm: Algorithm, learning_rate: hparams.Value,
       algorithm: a stateless algorithm (its loss, upload and aggregator are kept); the
         variates cover its shared leaves (a private leaf is not corrected).
       learning_rate: eta_l, the step size of the client SGD the algorithm runs, which option
-        II divides by (the word-embedding tables use ``embedding_learning_rate``).
-      momentum: the client SGD's momentum rho (option II's K becomes the heavy-ball distance
-        :func:`momentum_steps`).
+        II divides by.
+      momentum: the client SGD's momentum rho (K becomes the heavy-ball distance
+        :func:`fedjax_sc.algorithms.optimizers.momentum_steps`).
       num_clients: N (line 17's mean over every client).
       global_lr: eta_g (> 0); 1 keeps the aggregate as it is.
-      embedding_learning_rate: the client SGD's step size for the word embeddings (None:
-        ``learning_rate``).
+      embedding_learning_rate: the client SGD's eta for the word embeddings (None: eta_l).
 
     Returns:
       The :class:`Algorithm`; c and c_i are float32 pytrees shaped as the shared params.
@@ -122,11 +111,8 @@ def scaffold(model: nn.Module, num_clients: int, learning_rate: float = LEARNING
 
     Args:
       model: the classifier (``TextClassifier``).
-      num_clients: N.
-      learning_rate: the step size of the client SGD (paper: 0.01).
-      momentum: its momentum (paper: 0.9).
-      embedding_learning_rate: its step size for the word embeddings (None: ``learning_rate``).
-      global_lr: eta_g (default 1).
+      num_clients, learning_rate, momentum, global_lr, embedding_learning_rate: as in
+        :func:`control_variates` (paper: eta_l 0.01, rho 0.9; eta_g 1).
 
     Raises:
       ValueError: see :func:`control_variates` and the optimizer's settings.

@@ -83,6 +83,7 @@ from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.algorithms.pfl_da import pfl_da
 from fedjax_sc.models.asp import ASPClassifier
 from fedjax_sc.models.fusion import CONV_INITS, FUSIONS, FusionClassifier
+from fedjax_sc.models.generic_personal import FedRoDClassifier
 from fedjax_sc.models.private_shared import PrivateSharedClassifier
 from fedjax_sc.models.text_classifier import TextClassifier
 from fedjax_sc.run.plumbing.uploads import run_upload, upload_settings
@@ -108,7 +109,7 @@ BEYOND: dict[str, tuple[Callable[..., Algorithm], Callable[..., Any]]] = {
     "fedrep": (fedrep.fedrep, TextClassifier),
     "fedbabu": (fedbabu.fedbabu, TextClassifier),
     "per_fedavg": (per_fedavg.per_fedavg, TextClassifier),
-    "fedrod": (fedrod.fedrod, fedrod.FedRoDClassifier),
+    "fedrod": (fedrod.fedrod, FedRoDClassifier),
     "apfl": (apfl.apfl, TextClassifier),
     "pfedme": (pfedme.pfedme, TextClassifier),
 }

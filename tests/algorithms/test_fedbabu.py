@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_sc.algorithms import fedbabu, fedrep
+from fedjax_sc.algorithms import fedbabu, masking
 from fedjax_sc.algorithms.base import Batch, ClientStart
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.fedopt import fedopt
@@ -25,7 +25,7 @@ def head(params):
 def frozen(loss):
     """``loss`` with the head behind ``stop_gradient`` (an independent freeze)."""
     def wrapped(params, batch, rng, start):
-        mask = fedrep.head_mask(params, fedbabu.HEAD)
+        mask = masking.matching(params, fedbabu.HEAD)
         params = jax.tree.map(lambda p, h: jax.lax.stop_gradient(p) if h else p, params, mask)
         return loss(params, batch, rng, start)
     return wrapped

@@ -23,7 +23,7 @@ LR = 0.1
 def frozen(loss, head):
     """``loss`` with the ``head`` leaves behind ``stop_gradient`` (an independent freeze)."""
     def wrapped(params, batch, rng, start):
-        mask = fedrep.head_mask(params, head)
+        mask = masking.matching(params, head)
         params = jax.tree.map(lambda p, h: jax.lax.stop_gradient(p) if h else p, params, mask)
         return loss(params, batch, rng, start)
     return wrapped
@@ -99,4 +99,4 @@ def test_bad_settings_are_refused(model):
     with pytest.raises(ValueError, match="head_steps"):
         fedrep.fedrep(model, head_steps=-1)
     with pytest.raises(ValueError, match="matches no leaf"):
-        fedrep.head_mask({"encoder": {"w": jnp.zeros(2)}}, fedrep.HEAD)
+        masking.matching({"encoder": {"w": jnp.zeros(2)}}, fedrep.HEAD)

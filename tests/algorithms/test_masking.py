@@ -2,8 +2,17 @@ import jax
 import jax.numpy as jnp
 import optax
 import pytest
+from flax import traverse_util
 
-from fedjax_sc.algorithms.masking import PRIVATE, SHARED, label_leaves, leaf_paths, merge, select
+from fedjax_sc.algorithms.masking import (
+    PRIVATE,
+    SHARED,
+    label_leaves,
+    leaf_paths,
+    matching,
+    merge,
+    select,
+)
 from fedjax_sc.models.text_classifier import TextClassifier, init_params
 
 FEDPER = {PRIVATE: r"^classifier/", SHARED: [r"^embedding/", r"^encoder/"]}
@@ -45,3 +54,12 @@ def test_labels_drive_optax_multi_transform(params):
     updates, _ = opt.update(grads, opt.init(params), params)
     assert float(updates["embedding"]["embedding"][0, 0]) == pytest.approx(-0.01)
     assert float(updates["classifier"]["output"]["bias"][0]) == pytest.approx(-0.1)
+
+
+def test_matching_marks_exactly_the_leaves_the_rule_finds(params):
+    mask = matching(params, r"^classifier/output/")
+    assert jax.tree.structure(mask) == jax.tree.structure(params)
+    marked = {"/".join(p) for p, m in traverse_util.flatten_dict(mask).items() if m}
+    assert marked == {"classifier/output/bias", "classifier/output/kernel"}
+    with pytest.raises(ValueError, match=r"rule '\^head/' matches no leaf of \['embedding/"):
+        matching(params, r"^head/")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedjax_sc.algorithms import moon
+from fedjax_sc.algorithms import losses, moon
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.data.client_data import client_data
 
@@ -69,12 +69,12 @@ def test_the_contrastive_loss_is_eq_1(batch, dim, temperature, seed):
                                             np.linalg.norm(b, axis=-1))
     logits = np.stack([cos(z, g), cos(z, p)], -1) / temperature
     expected = np.mean((np.log(np.exp(logits).sum(-1)) - logits[:, 0])[mask])
-    got = moon.contrastive_loss(z, g, p, mask, temperature, jnp.float32(1))
+    got = losses.contrastive_loss(z, g, p, mask, temperature, jnp.float32(1))
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(moon.contrastive_loss(z, z, -z, np.ones(batch, bool),
+    np.testing.assert_allclose(losses.contrastive_loss(z, z, -z, np.ones(batch, bool),
                                                      temperature, 1.0),
                                np.log1p(np.exp(-2 / temperature)), rtol=1e-4, atol=2e-6)
-    assert float(moon.contrastive_loss(z, g, p, mask, temperature, jnp.float32(0))) == 0.0
+    assert float(losses.contrastive_loss(z, g, p, mask, temperature, jnp.float32(0))) == 0.0
 
 
 def test_the_loss_adds_mu_times_the_term_on_its_three_models(model):
@@ -96,7 +96,7 @@ def test_the_loss_adds_mu_times_the_term_on_its_three_models(model):
     base = fedavg(model, LR, 0.9).client_loss
     (plain, _), plain_grad = jax.value_and_grad(base, has_aux=True)(
         local, batch, jax.random.key(0), ClientStart(start))
-    term = lambda p: moon.contrastive_loss(features(p), features(start), features(previous),
+    term = lambda p: losses.contrastive_loss(features(p), features(start), features(previous),
                                            batch.mask, tau, jnp.float32(1))
     assert float(aux["contrastive"]) == pytest.approx(float(term(local)), rel=1e-5)
     assert float(value) == pytest.approx(float(plain + mu * term(local)), rel=1e-5)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedjax_sc.algorithms import scaffold
+from fedjax_sc.algorithms import optimizers, scaffold
 from fedjax_sc.algorithms.base import Batch, ClientStart
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.core import round as rnd
@@ -60,7 +60,7 @@ def test_option_two_is_the_closed_form(model, scene, rounds, momentum=0.9, embed
                                   local_epochs=1)
     y, _, _, _ = parts.local_training(*rnd.init_states(fedavg(model), x, scene.num_clients),
                                       data, jax.random.key(1))
-    k = jax.vmap(lambda s: scaffold.momentum_steps(s, momentum))(metrics.steps)
+    k = jax.vmap(lambda s: optimizers.momentum_steps(s, momentum))(metrics.steps)
     for path, ci in (("embedding", clients.algorithm["embedding"]),
                      ("classifier", clients.algorithm["classifier"])):
         lr = embedding_lr if path == "embedding" and embedding_lr else LR
@@ -94,7 +94,7 @@ def test_momentum_steps_is_the_distance_of_a_constant_gradient(steps, rho):
     for _ in range(steps):  # optax's heavy ball: v <- g + rho v, x <- x + eta v (g = eta = 1)
         v = 1.0 + rho * v
         x += v
-    assert float(scaffold.momentum_steps(np.int32(steps), rho)) == pytest.approx(x, rel=1e-4)
+    assert float(optimizers.momentum_steps(np.int32(steps), rho)) == pytest.approx(x, rel=1e-4)
 
 
 def test_the_global_step_size_scales_the_aggregate_move(model, scene, rounds):
