@@ -28,6 +28,7 @@ def test_export_keeps_small_files_and_render_needs_nothing_else(tmp_path, capsys
                                                        "report.md", "test_hits.json"]
     report = json.loads((run / "report.json").read_text())
     md = (dest / "synthetic" / "table3.md").read_text()
+    assert md.startswith("# Table 3 on synthetic: ours beside the paper's figures\n")
     avg = next(line for line in md.splitlines() if line.startswith("| **Avg**"))
     assert f"| {100 * report['Ag']:.1f} | n/a |" in avg  # FedPer has no global model
     assert "Upload noise sigma per run: fedavg 0.01, fedper 0.01, pfl_da 0.01." in md

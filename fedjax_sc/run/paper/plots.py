@@ -219,7 +219,8 @@ def grid_heatmap(ours: Mapping[str, Mapping[str, Mapping[str, float | None]]],
                  path: str | Path, title: str | None = None) -> Path:
     """A table's grid of settings as heatmaps (Tables 4, 7, 8), ours beside the paper's: one
     row of panels per metric (Ag, Ap), ours on the left, the paper's on the right, both on the
-    metric's colour scale, each cell annotated; a cell without a figure is left blank.
+    metric's colour scale (one colour bar per row), each cell annotated; a cell without a
+    figure is left blank.
 
     Args:
       ours, paper: ``{metric: {row label: {column label: percent or None}}}``; the rows and
@@ -243,10 +244,12 @@ def grid_heatmap(ours: Mapping[str, Mapping[str, Mapping[str, float | None]]],
         panels = (("ours", grid(ours, m)), ("paper", grid(paper, m)))
         values = np.concatenate([g[np.isfinite(g)] for _, g in panels])
         lo, hi = (values.min(), values.max()) if values.size else (0.0, 1.0)
+        pair = []
         for j, (who, g) in enumerate(panels):
             ax = fig.add_subplot(len(metrics), 2, 2 * i + j + 1)
-            ax.imshow(np.ma.masked_invalid(g), cmap="viridis", vmin=lo, vmax=max(hi, lo + 1e-9),
-                      aspect="auto")
+            pair.append(ax)
+            image = ax.imshow(np.ma.masked_invalid(g), cmap="viridis", vmin=lo,
+                              vmax=max(hi, lo + 1e-9), aspect="auto")
             for (r, c), v in np.ndenumerate(g):
                 if np.isfinite(v):
                     ax.text(c, r, f"{v:.1f}", ha="center", va="center", fontsize="small",
@@ -254,9 +257,10 @@ def grid_heatmap(ours: Mapping[str, Mapping[str, Mapping[str, float | None]]],
             ax.set_xticks(range(len(cols)), cols, fontsize="small")
             ax.set_yticks(range(len(rows)), rows, fontsize="small")
             ax.set_title(f"{m}, {who}", fontsize="medium")
+        fig.colorbar(image, ax=pair, label=f"{m} (%)", fraction=0.05)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    fig.set_layout_engine("constrained")
     return write(fig, path)
 
 

@@ -43,6 +43,7 @@ from fedjax_sc.run.paper.table_plan import (
     Run,
     client_metric,
     plan,
+    table_title,
 )
 from fedjax_sc.run.plumbing import processes
 from fedjax_sc.run.registry import NO_UPLOAD
@@ -234,7 +235,7 @@ def format_table(table: str, c: TrainConfig, cells: dict[str, dict[str, Cell]],
     running = running or {}
     columns = list(next(iter(cells.values())))
     n = len(seeds)
-    head = (f"{table.capitalize()} on {c.scene}: ours (paper), ours = mean"
+    head = (f"{table_title(table)} on {c.scene}: ours (paper), ours = mean"
             f"{' +- std' if n > 1 else ''} over {n} seed{'s' if n > 1 else ''}; "
             f"{c.rounds} rounds, d = {c.embed_dim} ({c.embeddings}), n_Z = {c.ap_evals}. "
             f"Paper: d = 200 GloVe, FDU 50 / IYY 20 rounds, n_Z = 25.")

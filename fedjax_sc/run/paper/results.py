@@ -30,7 +30,13 @@ from fedjax_sc.run.config import config_from_json
 from fedjax_sc.run.paper import gaps, paired
 from fedjax_sc.run.paper import tables as paper
 from fedjax_sc.run.paper.reproduce import format_table, run_dir, seeds_label
-from fedjax_sc.run.paper.table_plan import TABLE23_METHODS, TABLES, client_metric, plan
+from fedjax_sc.run.paper.table_plan import (
+    TABLE23_METHODS,
+    TABLES,
+    client_metric,
+    plan,
+    table_title,
+)
 
 SMALL_FILES = ("config.json", "metrics.jsonl", "report.json", "report.md", "test_hits.json",
                "convergence.png")
@@ -133,7 +139,7 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
     if table in TABLE23_METHODS:
         order = [m for m in TABLE23_METHODS[table] if any(k[0] == m for k in runs)]
         keys = ("Ag",) if table == "table2" else ("Ag", "Ap")
-        lines = [f"# {table.capitalize()} on {scene}: ours beside the paper's figures", "",
+        lines = [f"# {table_title(table)} on {scene}: ours beside the paper's figures", "",
                  summary_table(order, seeds, reports, rows, c["rounds"], scene, keys), "",
                  _settings_line(c, seeds, table, scene, dest), "",
                  *([f"The runs are Table {lender[5:]}'s (`{dest / scene / lender}`): the same "
@@ -149,7 +155,7 @@ def render(dest: str | Path, scene: str, table: str, plots: bool = True) -> str:
         order = [r.name for r in planned if any(k[0] == r.name for k in runs)]
         running = {m: max(len(rows[(m, s)]) for s in seeds if (m, s) in rows)
                    for m in order if any((m, s) not in reports for s in seeds)}
-        lines = [f"# {table.capitalize()} on {scene}: ours beside the paper's figures", "",
+        lines = [f"# {table_title(table)} on {scene}: ours beside the paper's figures", "",
                  format_table(table, config_from_json(c), cells, reports, seeds, running), "",
                  _settings_line(c, seeds, table, scene, dest), ""]
         if plots:
@@ -206,7 +212,7 @@ def _heatmap(table: str, scene: str, cells: dict, reports: dict, seeds: Sequence
     ours, paper = grid_values(cells, reports, seeds)
     try:
         png = plots_lib.grid_heatmap(ours, paper, dest / scene / f"{table}-heatmap.png",
-                                     title=f"{table.capitalize()} on {scene} "
+                                     title=f"{table_title(table)} on {scene} "
                                            f"({seeds_label(seeds)}; blank: not run yet)")
     except ModuleNotFoundError as e:
         return f"Heatmap skipped: {e}"

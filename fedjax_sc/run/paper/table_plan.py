@@ -49,6 +49,12 @@ class Cell(NamedTuple):
     paper: float | None
 
 
+def table_title(table: str) -> str:
+    """The paper's name of a table of :data:`TABLES`, as headings print it: ``"Table 4"`` for
+    ``"table4"`` (another name comes back capitalised)."""
+    return f"Table {table[5:]}" if table in TABLES else table.capitalize()
+
+
 def _fmt(v: float) -> str:
     return f"{v:g}"
 
