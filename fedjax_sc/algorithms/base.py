@@ -218,6 +218,20 @@ class Hooks(NamedTuple):
     False where the server derives it from the upload (FedDyn's update): not counted."""
 
 
+def hook_pair(name: str, hook: str, what: str, out: Any) -> tuple[Any, Any]:
+    """``out``, checked to be the pair that :class:`Hooks`' ``client_end`` and
+    ``server_update`` return (``what`` names it, e.g. ``"(params, state)"``).
+
+    Raises:
+      ValueError: ``out`` is not a 2-tuple (the message names algorithm ``name`` and the hook).
+    """
+    if not (isinstance(out, tuple) and len(out) == 2):
+        size = f" of {len(out)}" if isinstance(out, tuple) else ""
+        raise ValueError(f"{name}: Hooks.{hook} must return {what}, got a "
+                         f"{type(out).__name__}{size}")
+    return out
+
+
 CENTRAL_TRAINERS = ("pooled", "multitask")
 """The centralised trainers of :mod:`fedjax_sc.core.central`."""
 MULTITASK_SCHEDULES = ("alternate", "sum")

@@ -70,6 +70,7 @@ from fedjax_sc.algorithms.base import (
     ServerInputs,
     UploadContext,
     encode_upload,
+    hook_pair,
 )
 from fedjax_sc.algorithms.masking import split_private
 from fedjax_sc.core import copies, fednova, leaves
@@ -223,7 +224,9 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                 budget, own_rows, gather_table_rows(state.algorithm, ids, row_tables))
             message = ()
             if hooks.client_end is not None:
-                new_own, message = hooks.client_end(ClientEnd(start, params, metrics.steps))
+                new_own, message = hook_pair(algorithm.name, "client_end", "(state, message)",
+                                         hooks.client_end(ClientEnd(start, params,
+                                                                    metrics.steps)))
                 # a client that ran no step (padding, dropped) keeps its state
                 own = scatter_table_rows(keep_where(metrics.steps > 0, new_own, own_rows),
                                          own, ids, vmask, row_tables)
@@ -309,8 +312,14 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
             sizes = {p: get_leaf(base, p).shape[0] for p in tables(base, clients)}
             reduce = lambda tree, w: reduce_table_rows(tree, w, clients.vocab_ids,
                                                        row_masks(clients), sizes)
-            params, server = hooks.server_update(ServerInputs(
-                params, base, server, messages, weights, trained, reduce))
+            # a client that did not train sends zeros (weighed 0 anyway; a nan from its
+            # empty data would poison every sum)
+            messages = jax.tree.map(lambda m: jnp.where(
+                trained.reshape((-1,) + (1,) * (m.ndim - 1)), m, jnp.zeros_like(m)), messages)
+            params, server = hook_pair(algorithm.name, "server_update", "(params, state)",
+                                   hooks.server_update(ServerInputs(
+                                       params, base, server, messages, weights, trained,
+                                       reduce)))
         params = copies.restore_copies(params, state.params, algorithm.local_copies)
         # no client with an example (weights summing to 0): the mean would be all zeros and
         # kill the model for good; the server keeps its model and optimizer state instead

@@ -105,7 +105,8 @@ def test_padding_to_the_sampled_clients_gives_the_global_padding_params(algorith
     """Private leaves (FedPer) and the algorithm's client state (SCAFFOLD) gathered and
     scattered, clients of 1..12 examples: every padding trains the same model (the padded
     steps are masked no-ops), up to float32 rounding: XLA may fuse the programs of other
-    shapes differently (1 ulp here)."""
+    shapes differently (1 ulp of the parameters; SCAFFOLD's c_i, a difference of nearly equal
+    parameters over K eta, moves by up to 2e-9 absolute)."""
     from fedjax_sc.core import round as rnd
     from fedjax_sc.core.feed import CompiledRounds
     from fedjax_sc.data.scenes import build_scene, synthetic_corpora
@@ -137,7 +138,7 @@ def test_padding_to_the_sampled_clients_gives_the_global_padding_params(algorith
     assert all(b >= s for b, s in zip(widths["bucket"], widths["sampled"]))
     for padding in ("sampled", "bucket"):
         for x, y in zip(jax.tree.leaves(out["global"]), jax.tree.leaves(out[padding])):
-            np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-9)
+            np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-8)
     assert len(step.programs) == len(set(widths["global"] + widths["sampled"]
                                          + widths["bucket"]))
 

@@ -1,0 +1,45 @@
+"""The hooks' contract as the compiled round keeps it: a client that ran no step sends zeros
+(never a nan from its empty data into the server's sum), and a hook that returns something
+other than its pair is named in the error."""
+
+import re
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_sc.algorithms.base import Hooks
+from fedjax_sc.algorithms.fedavg import fedavg
+from fedjax_sc.data.client_data import client_data
+
+
+def _ones_per_step(end):
+    """The message 1 per client, computed as steps / steps: nan where no step ran."""
+    steps = end.steps.astype(jnp.float32)
+    return (), steps / steps
+
+
+def test_a_client_that_ran_no_step_sends_zeros(model, scene, rounds):
+    hooks = Hooks(server_init=lambda params: jnp.zeros((), jnp.float32),
+                  client_end=_ones_per_step,
+                  server_update=lambda s: (s.params, s.reduce(s.messages, s.weights)))
+    algorithm = fedavg(model, 0.1, 0.0)._replace(hooks=hooks)
+    data = client_data(scene.train, local_vocab=True)
+    empty = data._replace(mask=data.mask.at[1].set(False), counts=data.counts.at[1].set(0))
+    state, _, metrics = rounds(algorithm, model, empty, 1, scene.num_clients)
+    assert int(metrics.steps[1]) == 0 and int(metrics.steps[0]) > 0
+    # sum_k w_k * 1 over the clients that trained: exactly their weights' sum, 1
+    np.testing.assert_allclose(float(state.algorithm), 1.0, rtol=1e-6)
+    assert np.isfinite(np.asarray(state.params["classifier"]["output"]["kernel"])).all()
+
+
+@pytest.mark.parametrize("hook", ["client_end", "server_update"])
+def test_a_hook_that_returns_no_pair_is_named(model, scene, rounds, hook):
+    bad = {"client_end": Hooks(client_end=lambda end: end.params),
+           "server_update": Hooks(server_update=lambda s: s.params)}[hook]
+    algorithm = fedavg(model, 0.1, 0.0)._replace(hooks=bad)
+    what = "(state, message)" if hook == "client_end" else "(params, state)"
+    with pytest.raises(ValueError, match=re.escape(f"fedavg: Hooks.{hook} must return {what}, "
+                                                   f"got a dict")):
+        rounds(algorithm, model, client_data(scene.train, local_vocab=True), 1,
+               scene.num_clients)
