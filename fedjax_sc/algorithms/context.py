@@ -2,7 +2,9 @@
 path/to/file.py:FUNCTION`` (or ``package.module:FUNCTION``) calls ``FUNCTION(context)`` with a
 :class:`BuildContext` and trains the :class:`~fedjax_sc.algorithms.base.Algorithm` it returns
 through the whole run: run folder, metrics, checkpoints and resume, tracking, populations
-(``--seeds``, ``--grid lr=...``) and the report. docs/own-algorithm.md walks through one.
+(``--seeds``, ``--grid lr=...``) and the report. Its own settings come from
+``--algorithm-option NAME=VALUE`` (``context.options``) and vary in a population with
+``--grid NAME=V1,V2``. docs/own-algorithm.md walks through one.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,6 +35,11 @@ class BuildContext(NamedTuple):
       learning_rate, momentum, embedding_learning_rate: the client SGD (``--lr``,
         ``--momentum``, ``--embedding-lr``); in a population (``--grid lr=...``) the varied
         ones are traced scalars: use them in arithmetic, never in a Python ``if``.
+      options: the algorithm's own settings, ``{name: value}`` from ``--algorithm-option
+        NAME=VALUE`` (an int, a float or a string, as :func:`parse_option` reads it); a name
+        the grid varies (``--grid q=0,1``) is a traced float32 scalar in a population. Read
+        them while building (``context.options.get("q", 1.0)``): a run refuses an option its
+        builder never read (a misspelt name would otherwise be ignored).
     """
 
     vocab_size: int
@@ -45,6 +53,7 @@ class BuildContext(NamedTuple):
     learning_rate: hparams.Value
     momentum: hparams.Value
     embedding_learning_rate: hparams.Value | None = None
+    options: Mapping[str, Any] = types.MappingProxyType({})
 
     def text_classifier(self, **overrides: Any) -> TextClassifier:
         """The paper's Embedding-BiGRU-MLP classifier at the run's sizes (``overrides``
@@ -57,6 +66,58 @@ class BuildContext(NamedTuple):
     def client_optimizer(self) -> optax.GradientTransformation:
         """The run's client SGD (:func:`~fedjax_sc.algorithms.optimizers.client_sgd`)."""
         return client_sgd(self.learning_rate, self.momentum, self.embedding_learning_rate)
+
+
+def parse_option(text: str) -> tuple[str, int | float | str]:
+    """``"q=0.5"`` -> ``("q", 0.5)``: one ``--algorithm-option``; the value an int where it
+    reads as one (``"k=5"``), else a float (``1e-3``), else the string itself.
+
+    Raises:
+      ValueError: no ``=``, a name that is not a Python identifier, or a number that is not
+        finite.
+    """
+    name, sep, value = str(text).partition("=")
+    name = name.strip()
+    if not sep or not name.isidentifier():
+        raise ValueError(f"--algorithm-option {text!r}: write NAME=VALUE, NAME a Python "
+                         f"identifier (e.g. q=0.5)")
+    for kind in (int, float):
+        try:
+            number = kind(value)
+        except ValueError:
+            continue
+        if number != number or number in (float("inf"), float("-inf")):
+            raise ValueError(f"--algorithm-option {text!r}: the value must be finite")
+        return name, number
+    return name, value
+
+
+class ReadOptions(Mapping):
+    """A read-only mapping that remembers which keys were read (``[]``, ``get``, ``in``), so
+    that a run can refuse the options an algorithm never looked at (:attr:`unread`)."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self._values, self._read = dict(values), set()
+
+    def __getitem__(self, name: str) -> Any:
+        self._read.add(name)
+        return self._values[name]
+
+    def __contains__(self, name: object) -> bool:
+        self._read.add(name)
+        return name in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        self._read.update(self._values)  # iterating reads every option
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def unread(self) -> list[str]:
+        """The names given that were never read, sorted."""
+        return sorted(set(self._values) - self._read)
 
 
 def is_spec(name: str) -> bool:

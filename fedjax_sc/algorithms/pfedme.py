@@ -52,8 +52,9 @@ def moreau_gradient(lam: float, steps: int, personal_learning_rate: float):
     """The ``client_gradient`` factory of pFedMe (see the module docstring).
 
     Args:
-      lam, steps, personal_learning_rate: lambda > 0, K >= 1 (a Python int: the inner loop's
-        length) and p > 0.
+      lam: lambda > 0.
+      steps: K >= 1 (a Python int: the inner loop's length).
+      personal_learning_rate: p > 0.
 
     Returns:
       ``factory(bound_loss) -> grad_fn``; ``grad_fn(params, batch, rng) -> ((loss, aux),
@@ -101,8 +102,12 @@ def pfedme(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: flo
     Args:
       model: the classifier (``TextClassifier`` without a FURL vector); the algorithm's model
         is ``PersonalCopy(model)``: w and the client's theta.
-      learning_rate, momentum, embedding_learning_rate: the client SGD of w (eta: the step).
-      lam, steps, personal_learning_rate: lambda, K and p (:func:`moreau_gradient`).
+      learning_rate: eta, the step size of the client SGD of w.
+      momentum: its momentum.
+      embedding_learning_rate: its step size for the word embeddings (None: eta).
+      lam: lambda (:func:`moreau_gradient`).
+      steps: K (:func:`moreau_gradient`).
+      personal_learning_rate: p (:func:`moreau_gradient`).
       beta: > 0 (a traced value goes through an SGD server step; a concrete 1 keeps the mean).
 
     Raises:

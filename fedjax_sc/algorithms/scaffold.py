@@ -111,8 +111,11 @@ def scaffold(model: nn.Module, num_clients: int, learning_rate: float = LEARNING
 
     Args:
       model: the classifier (``TextClassifier``).
-      num_clients, learning_rate, momentum, global_lr, embedding_learning_rate: as in
-        :func:`control_variates` (paper: eta_l 0.01, rho 0.9; eta_g 1).
+      num_clients: N.
+      learning_rate: eta_l (paper: 0.01).
+      momentum: rho (paper: 0.9).
+      embedding_learning_rate: eta for the word embeddings (None: eta_l).
+      global_lr: eta_g (default 1).
 
     Raises:
       ValueError: see :func:`control_variates` and the optimizer's settings.

@@ -59,7 +59,7 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
       out: the run folder (a population's root folder).
       seeds: the members' seeds (``--seeds``).
       grid: ``{"lr": [0.01, 0.05]}`` or ``["lr=0.01,0.05"]`` (``--grid``; the names of
-        :data:`fedjax_sc.run.members.GRID_NAMES`).
+        :data:`fedjax_sc.run.members.GRID_NAMES`, or of a user's algorithm's own options).
       mesh: ``--mesh``.
       log: where progress lines go.
       from_run: ``--from-run``: a run folder whose rounds (checkpoints, configuration,
@@ -69,7 +69,8 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
         configuration otherwise (checked before anything is copied; the error names those
         that differ). The folder is not changed.
       **settings: any field of :class:`~fedjax_sc.run.config.TrainConfig` (``scene``,
-        ``rounds``, ``lr``, ``resume``, ``overwrite``...).
+        ``rounds``, ``lr``, ``resume``, ``overwrite``, a user's algorithm's own
+        ``algorithm_options={"q": 1.0}``...).
 
     ``resume`` of a population trains again from round 0 each member that holds no
     checkpoint (it never completed round 1, e.g. it diverged in it), in a population of
@@ -98,7 +99,7 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
             config = _copied_from(Path(from_run), [config])[0]
         return (train_one(config, log=log) if mesh is None
                 else train_one(config, log=log, mesh=mesh))
-    parsed = members.parse_grid(specs)
+    parsed = members.parse_grid(specs, own=context.is_spec(config.algorithm))
     configs = members.expand(config, None if seeds is None else [int(s) for s in seeds],
                              parsed)
     if from_run is not None:

@@ -28,7 +28,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from fedjax_sc.algorithms.context import is_spec, load
+from fedjax_sc.algorithms.context import is_spec, load, parse_option
 from fedjax_sc.algorithms.noise import PAPER_SIGMA
 from fedjax_sc.core import personalize
 from fedjax_sc.data import flwr_partition, scenes
@@ -92,7 +92,11 @@ class TrainConfig:
         (:mod:`fedjax_sc.data.tokenize`); a saved table config without it: ``whitespace``.
       min_partition_size / self_balancing: partition ``dirichlet``: flwr-datasets'
         DirichletPartitioner settings (defaults as flwr-datasets: 10, False).
-      algorithm: a key of :data:`ALGORITHMS`.
+      algorithm: a key of :data:`ALGORITHMS`, or one's own ``FILE.py:FUNCTION``.
+      algorithm_options: one's own algorithm's settings, ``{name: int | float | str}``
+        (``--algorithm-option NAME=VALUE``; its builder reads them as ``context.options``,
+        :class:`fedjax_sc.algorithms.context.BuildContext`); empty for a built-in algorithm,
+        whose settings have flags of their own.
       rounds: number of federated rounds (paper: 50 FDU, 20 IYY).
       local_epochs: local epochs per round (paper: 2).
       batch_size: local batch size (paper: 8 FDU, 64 IYY).
@@ -223,6 +227,7 @@ class TrainConfig:
     min_partition_size: int = flwr_partition.MIN_PARTITION_SIZE
     self_balancing: bool = False
     algorithm: str = "fedavg"
+    algorithm_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     rounds: int | None = None
     local_epochs: int = 2
     batch_size: int | None = None
@@ -331,6 +336,13 @@ class TrainConfig:
                              f"{tuple(ALGORITHMS)} or give path/to/file.py:FUNCTION")
         if is_spec(self.algorithm):
             load(self.algorithm)  # a missing file or function, before any data is read
+        elif self.algorithm_options:
+            raise ValueError(f"--algorithm-option {' '.join(self.algorithm_options)}: only "
+                             f"an algorithm of one's own (FILE.py:FUNCTION) reads these; "
+                             f"{self.algorithm}'s settings have flags of their own "
+                             f"(fedjax-sc train --help)")
+        for name, value in dict(self.algorithm_options).items():
+            parse_option(f"{name}={value}")  # a name and a value as the flag takes them
         if self.embeddings not in EMBEDDINGS and not Path(self.embeddings).is_file():
             raise ValueError(f"--embeddings {self.embeddings!r}: neither one of {EMBEDDINGS} "
                              f"nor an existing word-vector file")

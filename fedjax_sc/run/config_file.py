@@ -59,6 +59,8 @@ def _describe(hint: Any) -> str:
         if args[-1] is Ellipsis:
             return f"a list of {_describe(args[0]).split(' ', 1)[1]}s"
         return f"a list of {len(args)} {_describe(args[0]).split(' ', 1)[1]}s"
+    if hint is dict or typing.get_origin(hint) is dict:
+        return "an object of numbers and strings"
     return _NAMES.get(hint, getattr(hint, "__name__", str(hint)))
 
 
@@ -93,6 +95,12 @@ def _value(hint: Any, value: Any) -> Any:
         if len(value) != len(args):
             raise _Mismatch
         return tuple(_value(a, v) for a, v in zip(args, value))
+    if hint is dict or typing.get_origin(hint) is dict:  # algorithm_options
+        if not isinstance(value, dict) or not all(
+                isinstance(v, (int, float, str)) and not isinstance(v, bool)
+                for v in value.values()):
+            raise _Mismatch
+        return dict(value)
     if isinstance(value, bool) != (hint is bool):
         raise _Mismatch
     if hint is float and isinstance(value, int):

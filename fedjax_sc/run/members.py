@@ -47,9 +47,14 @@ AP_ONLY = ("ap_lr_mult",)
 train the same rounds (:func:`shared_training`)."""
 
 
-def parse_grid(specs: Sequence[str] | None) -> dict[str, list[float]]:
+def parse_grid(specs: Sequence[str] | None, own: bool = False) -> dict[str, list[float]]:
     """``["lr=0.01,0.05", "lambda_kt=0,0.01"]`` -> ``{"lr": [0.01, 0.05], "lambda_kt": [0.0,
     0.01]}`` (order kept).
+
+    Args:
+      specs: the ``--grid`` values.
+      own: the run's algorithm is a user's (``FILE.py:FUNCTION``): a name outside
+        :data:`GRID_NAMES` is one of its own options (``context.options``, traced).
 
     Raises:
       ValueError: a spec without ``=``, an unknown name (the message lists :data:`GRID_NAMES`),
@@ -61,9 +66,10 @@ def parse_grid(specs: Sequence[str] | None) -> dict[str, list[float]]:
         name = name.strip().replace("-", "_")
         if not sep or not values.strip():
             raise ValueError(f"--grid {spec!r}: write NAME=V1,V2,... (e.g. lr=0.01,0.05)")
-        if name not in GRID_NAMES:
+        if name not in GRID_NAMES and not (own and name.isidentifier()):
             raise ValueError(f"--grid {spec!r}: {name!r} cannot vary within a population; "
-                             f"choose from {', '.join(GRID_NAMES)}")
+                             f"choose from {', '.join(GRID_NAMES)} (or, for an algorithm of "
+                             f"one's own, FILE.py:FUNCTION, a name of its context.options)")
         if name in grid:
             raise ValueError(f"--grid {name} given twice")
         try:
@@ -97,10 +103,16 @@ def folder_name(values: dict[str, float], seed: int) -> str:
     return "_".join([*(f"{k}-{v:g}" for k, v in values.items()), f"seed-{seed}"])
 
 
+def value_of(c: TrainConfig, name: str) -> Any:
+    """A member's value of a grid name: its config field, or its own algorithm's option."""
+    return getattr(c, name) if name in GRID_NAMES else c.algorithm_options[name]
+
+
 def expand(config: TrainConfig, seeds: Sequence[int] | None,
            grid: dict[str, list[float]]) -> list[TrainConfig]:
     """The members' configs: the product of the grid's values (the first name varying slowest)
-    and the seeds (default: ``config.seed``), each with ``out = config.out/<folder_name>``.
+    and the seeds (default: ``config.seed``), each with ``out = config.out/<folder_name>``; a
+    name outside :data:`GRID_NAMES` sets the member's ``algorithm_options``.
 
     Raises:
       ValueError: a member's values fail validation (:meth:`TrainConfig.resolved`).
@@ -112,7 +124,11 @@ def expand(config: TrainConfig, seeds: Sequence[int] | None,
         values = dict(zip(names, combo))
         for seed in seeds:
             out = str(Path(config.out) / folder_name(values, seed))
-            members.append(dataclasses.replace(config, **values, seed=seed, out=out))
+            fields = {k: v for k, v in values.items() if k in GRID_NAMES}
+            own = {**config.algorithm_options,
+                   **{k: v for k, v in values.items() if k not in GRID_NAMES}}
+            members.append(dataclasses.replace(config, **fields, algorithm_options=own,
+                                               seed=seed, out=out))
     for m in members:
         m.resolved()
     return members
@@ -122,9 +138,9 @@ def check_members(configs: Sequence[TrainConfig]) -> None:
     """Raises ``ValueError`` naming the first setting, outside :data:`PER_MEMBER`, in which two
     members differ (it changes the program or the data), or two members sharing a folder.
     ``configs`` are resolved."""
-    first = dataclasses.asdict(configs[0])
+    first = _shared_fields(configs[0])
     for c in configs[1:]:
-        for name, value in dataclasses.asdict(c).items():
+        for name, value in _shared_fields(c).items():
             if name not in PER_MEMBER and value != first[name]:
                 raise ValueError(f"members of one population must share {name} (it changes "
                                  f"the program or the data): {first[name]!r} vs {value!r}")
@@ -133,18 +149,30 @@ def check_members(configs: Sequence[TrainConfig]) -> None:
         raise ValueError("two members of a population share an output folder")
 
 
+def _shared_fields(c: TrainConfig) -> dict[str, Any]:
+    """``c``'s fields as :func:`check_members` and :func:`groups` compare them: of its own
+    algorithm's options only the names and the values that are not numbers (a number may
+    differ: it is traced)."""
+    fields = dataclasses.asdict(c)
+    fields["algorithm_options"] = {k: None if isinstance(v, (int, float)) else v
+                                   for k, v in c.algorithm_options.items()}
+    return fields
+
+
 def varied(configs: Sequence[TrainConfig]) -> list[str]:
-    """The :data:`TRACED` fields whose values differ between the members (traced in the
-    round), and ``lr`` under an ``lr_schedule``; the others reach the builder as Python
-    floats."""
+    """The :data:`TRACED` fields and the own algorithm's options whose values differ between
+    the members (traced in the round), and ``lr`` under an ``lr_schedule``; the others reach
+    the builder as Python values."""
     scheduled = configs[0].lr_schedule != "constant"  # the round's lr changes every round
+    own = [k for k in configs[0].algorithm_options
+           if len({c.algorithm_options[k] for c in configs}) > 1]
     return [k for k in TRACED
-            if len({getattr(c, k) for c in configs}) > 1 or (k == "lr" and scheduled)]
+            if len({getattr(c, k) for c in configs}) > 1 or (k == "lr" and scheduled)] + own
 
 
 def hparams(configs: Sequence[TrainConfig]) -> dict[str, np.ndarray]:
     """The varied values as float32 ``[P]`` arrays (:func:`varied`)."""
-    return {k: np.asarray([getattr(c, k) for c in configs], np.float32)
+    return {k: np.asarray([value_of(c, k) for c in configs], np.float32)
             for k in varied(configs)}
 
 
@@ -159,7 +187,7 @@ def write_index(path: Path, configs: Sequence[TrainConfig], status: Sequence[str
     for c, s in zip(configs, status):
         folder = Path(c.out).resolve()
         members.append({"folder": os.path.relpath(folder, root), "seed": c.seed,
-                        "values": {k: getattr(c, k) for k in grid}, "status": s})
+                        "values": {k: value_of(c, k) for k in grid}, "status": s})
     index = summary.write(path, {"members": members, "grid": list(grid)})
     rundir.write_text(path, json.dumps(index, indent=2) + "\n")
 
@@ -187,10 +215,12 @@ def shared_training(configs: Sequence[TrainConfig]) -> list[int | None]:
     return lead
 
 
-def _settings_key(c: TrainConfig, skip: set[str], *extra: Any) -> str:
+def _settings_key(c: TrainConfig, skip: set[str], *extra: Any, traced: bool = False) -> str:
     """``c``'s fields outside ``skip`` (and ``extra``) as one string: equal for configs that
-    agree on them."""
-    fields = {k: v for k, v in dataclasses.asdict(c).items() if k not in skip}
+    agree on them (``traced``: but for the numbers among its own algorithm's options, as
+    :func:`check_members` compares them)."""
+    fields = _shared_fields(c) if traced else dataclasses.asdict(c)
+    fields = {k: v for k, v in fields.items() if k not in skip}
     return json.dumps([fields, *extra], sort_keys=True, default=str)
 
 
@@ -226,8 +256,8 @@ def groups(configs: Sequence[TrainConfig], cap: int | None = None
     Order is kept within a group; groups come in the order of their first member."""
     keyed: dict[str, list[TrainConfig]] = {}
     for c in configs:
-        keyed.setdefault(_settings_key(c, PER_MEMBER, rundir.last_round(Path(c.out))),
-                         []).append(c)
+        keyed.setdefault(_settings_key(c, PER_MEMBER, rundir.last_round(Path(c.out)),
+                                       traced=True), []).append(c)
     out = []
     for group in keyed.values():
         size = cap or fitting(group[0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from fedjax_sc.algorithms.context import parse_option
 from fedjax_sc.data.partition import PARTITIONS
 from fedjax_sc.run.config import DTYPES, SCENES, TrainConfig
 from fedjax_sc.run.cross_device import PADDINGS
@@ -40,6 +41,21 @@ def _algorithm(value: str) -> str:
     return value
 
 
+class _AlgorithmOption(argparse.Action):
+    """``--algorithm-option NAME=VALUE``, repeatable: a dict of the names given, each value as
+    :func:`fedjax_sc.algorithms.context.parse_option` reads it; a name given twice is refused."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        try:
+            name, parsed = parse_option(value)
+        except ValueError as e:
+            parser.error(f"argument --algorithm-option: {str(e).partition(': ')[2]}")
+        options = dict(getattr(namespace, self.dest) or {})
+        if name in options:
+            parser.error(f"argument --algorithm-option: {name} given more than once")
+        setattr(namespace, self.dest, {**options, name: parsed})
+
+
 def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     """The options of one run; ``grid``: those shared by every run of a reproduction."""
     t.add_argument("--scene", choices=SCENES, default=default("scene"))
@@ -59,6 +75,11 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                        "per_fedavg, fedrod, apfl, pfedme; or your own: path/to/file.py:FUNCTION "
                        "or package.module:FUNCTION returning a fedjax_sc.Algorithm "
                        "(docs/own-algorithm.md)")
+        t.add_argument("--algorithm-option", dest="algorithm_options", default={},
+                       action=_AlgorithmOption, metavar="NAME=VALUE",
+                       help="a setting of your own algorithm (FILE.py:FUNCTION), which its "
+                       "builder reads as context.options[NAME]: an int, a float or a string "
+                       "(repeat for several; --grid NAME=V1,V2 varies one in a population)")
     t.add_argument("--rounds", type=int, help="federated rounds (paper: 50 fdu, 20 iyy)")
     t.add_argument("--local-epochs", type=int, default=default("local_epochs"))
     t.add_argument("--batch-size", type=int, help="local batch size (paper: 8 fdu, 64 iyy)")
@@ -254,7 +275,8 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     t.add_argument("--grid", action="append", metavar="NAME=V1,V2,...",
                    help="train every value as members of one population (repeat for a "
                    "product grid), e.g. lr=0.01,0.05 or lambda_kt=0,0.01 (members that "
-                   "differ only in ap_lr_mult train once); names: " + ", ".join(GRID_NAMES))
+                   "differ only in ap_lr_mult train once); names: " + ", ".join(GRID_NAMES)
+                   + ", and any of your own algorithm's --algorithm-option names")
     t.add_argument("--mesh", metavar="MEMBERSxCLIENTS",
                    help="the devices of every process as a members x clients mesh, e.g. 2x4: "
                    "a population's members split over the first axis (it must divide their "

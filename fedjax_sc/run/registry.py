@@ -46,7 +46,7 @@ FedOpt optimizer (``server_opt``, Reddi et al. 2021).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from fedjax_sc.algorithms import (
@@ -68,7 +68,7 @@ from fedjax_sc.algorithms import (
 )
 from fedjax_sc.algorithms.asp import asp
 from fedjax_sc.algorithms.base import MULTITASK_SCHEDULES, Algorithm, chain
-from fedjax_sc.algorithms.context import BuildContext, is_spec, load
+from fedjax_sc.algorithms.context import BuildContext, ReadOptions, is_spec, load
 from fedjax_sc.algorithms.dp_sgd import dp_sgd
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.fedfusion import fedfusion
@@ -294,7 +294,9 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
                     num_clients: int | None = None, pca_band: tuple[int, int] | None = None,
                     upload_noise: float | None = None, upload_compression: str = "none",
                     dp_clip: float | None = None, dp_noise: float = 0.0,
-                    server_opt: str | None = None, **options: Any) -> Algorithm:
+                    server_opt: str | None = None,
+                    algorithm_options: Mapping[str, Any] | None = None,
+                    **options: Any) -> Algorithm:
     """The model and algorithm called ``name`` (see the module table).
 
     Args:
@@ -307,6 +309,7 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
         compression`: ``none``, ``topk:FRACTION``, ``bits:BITS``), before band and noise.
       dp_clip, dp_noise: DP-SGD on the shared leaves (C, None = off; noise multiplier z).
       server_opt: a FedOpt server (None: the aggregate is the new model).
+      algorithm_options: a user's algorithm's own settings (:func:`user_algorithm`).
       **options: any of :data:`OPTIONS`; one left out takes its builder's default. The loss settings
         (lambda_kt, lambda_div, temperature, bandwidth, hsic_normalization) apply to kteps,
         kteps_star and arch_a/b/c (the ablation always uses lambda_div = 0, Table 8); prox_mu
@@ -324,7 +327,10 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
                               embed_dim=embed_dim, num_clients=num_clients, pca_band=pca_band,
                               upload_noise=upload_noise, upload_compression=upload_compression,
                               dp_clip=dp_clip, dp_noise=dp_noise, server_opt=server_opt,
-                              **options)
+                              algorithm_options=algorithm_options, **options)
+    if algorithm_options:
+        raise ValueError(f"{name} is built in: its settings have flags of their own, not "
+                         f"--algorithm-option ({', '.join(algorithm_options)})")
     # only what READ_BY says the algorithm reads: reading any other option is a KeyError, so
     # the table that resume and the stores compare by cannot drift from what is built here
     o = {k: options[k] if k in options else default(k) for k in OPTIONS if reads(name, k)}
@@ -412,16 +418,20 @@ def user_algorithm(spec: str, *, vocab_size: int, num_classes: int, embed_dim: i
                    num_clients: int | None, pca_band: tuple[int, int] | None = None,
                    upload_noise: float | None = None, upload_compression: str = "none",
                    dp_clip: float | None = None, dp_noise: float = 0.0,
-                   server_opt: str | None = None, **options: Any) -> Algorithm:
+                   server_opt: str | None = None,
+                   algorithm_options: Mapping[str, Any] | None = None,
+                   **options: Any) -> Algorithm:
     """A researcher's algorithm, ``spec`` = ``path/to/file.py:FUNCTION`` or
     ``package.module:FUNCTION``: ``FUNCTION(BuildContext)`` (:mod:`fedjax_sc.algorithms.
     context`) returns it; the run's upload flags (``--upload-compression``, ``--pca-band``,
     ``--upload-noise``, chained after the algorithm's own upload), ``--dp-clip`` and
     ``--server-opt`` wrap it as they wrap a built-in one. Only the options every algorithm
-    reads apply (lr, momentum, sizes).
+    reads apply (lr, momentum, sizes); its own come in ``algorithm_options``
+    (``context.options``).
 
     Raises:
-      ValueError: the function cannot be loaded, or does not return an ``Algorithm``.
+      ValueError: the function cannot be loaded, does not return an ``Algorithm``, or never
+        read one of ``algorithm_options``.
     """
     o = {k: options[k] if k in options else default(k) for k in OPTIONS if reads(spec, k)}
     context = BuildContext(vocab_size=vocab_size, num_classes=num_classes, embed_dim=embed_dim,
@@ -429,11 +439,16 @@ def user_algorithm(spec: str, *, vocab_size: int, num_classes: int, embed_dim: i
                            furl_dim=o["furl_dim"], dtype=o["dtype"],
                            num_clients=int(num_clients or 0), learning_rate=o["learning_rate"],
                            momentum=o["momentum"],
-                           embedding_learning_rate=o["embedding_learning_rate"])
+                           embedding_learning_rate=o["embedding_learning_rate"],
+                           options=ReadOptions(algorithm_options or {}))
     algorithm = load(spec)(context)
     if not isinstance(algorithm, Algorithm):
         raise ValueError(f"--algorithm {spec!r} returned {type(algorithm).__name__}, not a "
                          f"fedjax_sc.Algorithm")
+    if context.options.unread:
+        raise ValueError(f"--algorithm-option {', '.join(context.options.unread)}: {spec} "
+                         f"never reads it (a builder reads context.options[NAME] while it "
+                         f"builds)")
     pca_band, upload_noise = upload_settings(spec, embed_dim, pca_band, upload_noise)
     if pca_band is not None or not is_zero(upload_noise) or upload_compression != "none":
         algorithm = algorithm._replace(upload=chain(algorithm.upload, run_upload(

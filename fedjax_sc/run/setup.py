@@ -64,6 +64,7 @@ def algorithm_options(c: TrainConfig, scene: scenes.Scene) -> dict[str, Any]:
         embed_dim=c.embed_dim, num_clients=scene.num_clients, pca_band=c.pca_band,
         upload_noise=c.upload_noise, upload_compression=c.upload_compression,
         dp_clip=c.dp_clip, dp_noise=c.dp_noise, server_opt=c.server_opt,
+        algorithm_options=c.algorithm_options,
         **{o: getattr(c, registry.config_field(o)) for o in registry.OPTIONS})
 
 
@@ -71,12 +72,16 @@ def population_builder(c: TrainConfig, scene: scenes.Scene,
                        traced: dict[str, str]) -> Callable[[dict[str, Any]], Algorithm]:
     """``build(values) -> Algorithm`` for the members of a population: ``c``'s algorithm with
     the settings named in ``values`` (config field names, keys of ``traced`` which maps them
-    to :func:`~fedjax_sc.run.registry.build_algorithm` keywords) replaced by the given, traced,
-    values (:mod:`fedjax_sc.core.population`)."""
+    to :func:`~fedjax_sc.run.registry.build_algorithm` keywords, or the names of a user's
+    algorithm's own options) replaced by the given, traced, values
+    (:mod:`fedjax_sc.core.population`)."""
     options = algorithm_options(c, scene)
 
     def build(values: dict[str, Any]) -> Algorithm:
-        return build_algorithm(**{**options, **{traced[k]: v for k, v in values.items()}})
+        own = {k: v for k, v in values.items() if k not in traced}  # the user's own options
+        return build_algorithm(**{**options, **{traced[k]: v for k, v in values.items()
+                                                if k in traced},
+                                  "algorithm_options": {**c.algorithm_options, **own}})
 
     return build
 

@@ -238,7 +238,8 @@ def test_every_flag_defaults_to_the_configuration_and_every_field_has_a_flag():
     from fedjax_sc.run import cli, registry
 
     parsed = vars(cli._parser().parse_args(["train"]))
-    fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    fields = {f.name: f.default if f.default_factory is dataclasses.MISSING
+              else f.default_factory() for f in dataclasses.fields(TrainConfig)}
     assert {registry.config_field(o) for o in registry.OPTIONS} <= set(fields)
     assert {k: v for k, v in parsed.items() if k in fields and v != fields[k]} == {}
     assert sorted(k for k in fields if k not in parsed) == ["label_names"]

@@ -1,0 +1,107 @@
+"""A user's algorithm's own settings: ``--algorithm-option NAME=VALUE`` reaches its builder as
+``context.options``, is recorded and checked on resume, varies in a population with
+``--grid NAME=...`` (traced, one program), and is refused where nothing would read it."""
+
+import json
+
+import pytest
+
+from fedjax_sc.algorithms.context import ReadOptions, parse_option
+from fedjax_sc.run import cli
+
+SCALED = '''
+import fedjax_sc as fsc
+
+def scaled(context):
+    """FedAvg with its loss times context.options["q"] (q = 0: nothing trains)."""
+    q = context.options.get("q", 1.0)
+    base = fsc.fedavg(context.text_classifier(), context.learning_rate, context.momentum)
+    loss = base.client_loss
+
+    def scaled_loss(params, batch, rng, start):
+        value, aux = loss(params, batch, rng, start)
+        return q * value, aux
+
+    return base._replace(name="scaled", client_loss=scaled_loss)
+'''
+TINY = ["--scene", "synthetic", "--synthetic-clients", "2", "--synthetic-train", "12",
+        "--synthetic-test", "6", "--max-len", "8", "--embed-dim", "6", "--hidden", "3",
+        "--mlp-hidden", "4", "--batch-size", "4", "--local-epochs", "1", "--rounds", "2",
+        "--no-ap"]
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    path = tmp_path_factory.mktemp("own") / "scaled.py"
+    path.write_text(SCALED)
+    return f"{path}:scaled"
+
+
+def _losses(run):
+    return [json.loads(line)["train_loss"] for line in (run / "metrics.jsonl").open()
+            if json.loads(line).get("phase") == "round"]
+
+
+def test_parse_option_reads_ints_floats_and_strings():
+    assert parse_option("k=5") == ("k", 5) and isinstance(parse_option("k=5")[1], int)
+    assert parse_option("q=1e-3") == ("q", 0.001)
+    assert parse_option("mode=fast") == ("mode", "fast")
+    for bad in ("q", "=1", "2q=1", "q=nan", "q=inf"):
+        with pytest.raises(ValueError, match="--algorithm-option"):
+            parse_option(bad)
+    options = ReadOptions({"a": 1, "b": 2})
+    assert options.get("a") == 1 and options.unread == ["b"]
+
+
+def test_an_option_reaches_the_builder_and_is_checked_on_resume(tmp_path, spec, capsys):
+    run = tmp_path / "q0"
+    assert cli.main(["train", "--algorithm", spec, *TINY, "--algorithm-option", "q=0",
+                     "--out", str(run)]) == 0
+    assert json.loads((run / "config.json").read_text())["algorithm_options"] == {"q": 0}
+    assert _losses(run) == [0.0, 0.0]  # q = 0: the loss, and so every update, is zero
+    again = tmp_path / "again"  # --config: the option travels with the run's configuration
+    assert cli.main(["train", "--config", str(run / "config.json"), "--out", str(again)]) == 0
+    assert json.loads((again / "config.json").read_text())["algorithm_options"] == {"q": 0}
+    assert cli.main(["train", "--algorithm", spec, *TINY, "--rounds", "3", "--resume",
+                     "--algorithm-option", "q=0.5", "--out", str(run)]) == 1
+    assert "'algorithm_options': ({'q': 0}, {'q': 0.5})" in capsys.readouterr().err
+
+
+def test_an_option_nothing_reads_is_refused(tmp_path, spec, capsys):
+    assert cli.main(["train", "--algorithm", spec, *TINY, "--algorithm-option", "qq=0",
+                     "--out", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert "--algorithm-option qq: " in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["q=0", "--algorithm-option", "q=1"], "q given more than once"),
+    (["q"], "write NAME=VALUE"),
+])
+def test_a_malformed_option_is_a_usage_error(tmp_path, spec, capsys, flags, message):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "--algorithm", spec, *TINY, "--algorithm-option", *flags,
+                  "--out", str(tmp_path / "run")])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_built_in_algorithm_refuses_options(tmp_path, capsys):
+    assert cli.main(["train", "--algorithm", "fedavg", *TINY, "--algorithm-option", "q=0",
+                     "--out", str(tmp_path / "run")]) == 1
+    assert "fedavg's settings have flags of their own" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_grid_varies_an_option_in_one_program(tmp_path, spec, capsys):
+    pop = tmp_path / "pop"
+    assert cli.main(["train", "--algorithm", spec, *TINY, "--grid", "q=0,1", "--out",
+                     str(pop)]) == 0
+    assert "traced per member: q" in capsys.readouterr().out
+    index = json.loads((pop / "population.json").read_text())
+    assert [m["values"] for m in index["members"]] == [{"q": 0.0}, {"q": 1.0}]
+    assert _losses(pop / "q-0_seed-0") == [0.0, 0.0]
+    alone = tmp_path / "alone"
+    assert cli.main(["train", "--algorithm", spec, *TINY, "--algorithm-option", "q=1",
+                     "--out", str(alone)]) == 0
+    assert _losses(pop / "q-1_seed-0") == pytest.approx(_losses(alone), rel=1e-5)
+    assert min(_losses(alone)) > 0
