@@ -127,6 +127,25 @@ def model(scene):
     return TextClassifier(vocab_size=len(scene.vocab), **TINY_DIMS)
 
 
+def run_rounds(algorithm, model, data, rounds, num_clients):
+    """``rounds`` compiled rounds (batch 4, one local epoch) from the model's seed-0 params;
+    returns ``(server state, client states, the last round's metrics)``."""
+    from fedjax_sc.core import round as rnd
+    from fedjax_sc.models.text_classifier import init_params
+    state, clients = rnd.init_states(algorithm, init_params(model, jax.random.key(0)),
+                                     num_clients)
+    step = jax.jit(rnd.build_round(algorithm, batch_size=4, local_epochs=1))
+    for _ in range(rounds):
+        state, clients, metrics = step(state, clients, data, jax.random.key(1))
+    return state, clients, metrics
+
+
+@pytest.fixture(scope="session")
+def rounds():
+    """:func:`run_rounds`, for the tests of algorithms that own state."""
+    return run_rounds
+
+
 def markdown_rows(text: str, head: str = "|") -> dict[str, dict[str, str]]:
     """The rows of the first Markdown table in ``text`` whose header line starts with
     ``head``: first cell -> {column name: cell}, cells stripped; a line that does not start

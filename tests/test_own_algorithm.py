@@ -23,33 +23,28 @@ def example():
     return context.load(f"{EXAMPLE}:with_control_variates")
 
 
-def _rounds(algorithm, model, scene, rounds):
-    state, clients = fsc.init_states(algorithm, fsc.init_params(model, jax.random.key(0)),
-                                     scene.num_clients)
-    step = jax.jit(fsc.build_round(algorithm, batch_size=4, local_epochs=1))
+def _rounds(run_rounds, algorithm, model, scene, rounds):
     data = fsc.client_data(scene.train, local_vocab=True)
-    for _ in range(rounds):
-        state, clients, _ = step(state, clients, data, jax.random.key(1))
-    return state, clients
+    return run_rounds(algorithm, model, data, rounds, scene.num_clients)[:2]
 
 
-def test_one_client_is_fedavg(example):
+def test_one_client_is_fedavg(example, rounds):
     """With one client c = c_1 after every round, so the correction c - c_1 is zero."""
     scene = fsc.synthetic_scene(num_clients=1, train_per_client=12, test_per_client=2,
                                 max_len=6, seed=2)
     model = fsc.TextClassifier(vocab_size=len(scene.vocab), embed_dim=6, hidden=3,
                                mlp_hidden=4)
     fedavg = fsc.fedavg(model, LR, 0.9)
-    scaffold, clients = _rounds(example(fedavg, LR, 0.9, 1), model, scene, 3)
-    plain, _ = _rounds(fedavg, model, scene, 3)
+    scaffold, clients = _rounds(rounds, example(fedavg, LR, 0.9, 1), model, scene, 3)
+    plain, _ = _rounds(rounds, fedavg, model, scene, 3)
     chex.assert_trees_all_close(scaffold.params, plain.params, atol=1e-5)
     chex.assert_trees_all_close(scaffold.algorithm,
                                 jax.tree.map(lambda x: x[0], clients.algorithm), atol=1e-6)
 
 
-def test_server_control_variate_is_the_mean_of_the_clients(example, scene, model):
-    state, clients = _rounds(example(fsc.fedavg(model, LR, 0.0), LR, 0.0, scene.num_clients),
-                             model, scene, 2)
+def test_server_control_variate_is_the_mean_of_the_clients(example, scene, model, rounds):
+    algorithm = example(fsc.fedavg(model, LR, 0.0), LR, 0.0, scene.num_clients)
+    state, clients = _rounds(rounds, algorithm, model, scene, 2)
     chex.assert_trees_all_close(state.algorithm,
                                 jax.tree.map(lambda x: x.mean(0), clients.algorithm),
                                 atol=1e-6)

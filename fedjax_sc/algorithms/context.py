@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import math
 import sys
 import types
 from collections.abc import Callable, Iterator, Mapping
@@ -86,7 +87,7 @@ def parse_option(text: str) -> tuple[str, int | float | str]:
             number = kind(value)
         except ValueError:
             continue
-        if number != number or number in (float("inf"), float("-inf")):
+        if not math.isfinite(number):
             raise ValueError(f"--algorithm-option {text!r}: the value must be finite")
         return name, number
     return name, value
