@@ -83,7 +83,7 @@ from fedjax_sc.models.fusion import FusionClassifier
 from fedjax_sc.models.generic_personal import FedRoDClassifier
 from fedjax_sc.models.private_shared import PrivateSharedClassifier
 from fedjax_sc.models.text_classifier import TextClassifier
-from fedjax_sc.run.option_table import (  # noqa: F401 (re-exported)
+from fedjax_sc.run.plumbing.option_table import (  # noqa: F401 (re-exported)
     KC,
     KTEPS_LOSS,
     OPTIONS,
