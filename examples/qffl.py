@@ -61,7 +61,8 @@ def q_fedavg(algorithm, q, lipschitz):
         total = s.reduce(s.messages["delta"], s.weights)
         return jax.tree.map(lambda w, d: w - step * d, s.previous, total), s.state
 
-    hooks = fsc.Hooks(client_end=client_end, server_update=server_update)
+    # only Delta_k and h_k go up: the communication figures leave the model upload out
+    hooks = fsc.Hooks(client_end=client_end, server_update=server_update, upload_sent=False)
     return algorithm._replace(name="qffl", hooks=hooks)
 
 

@@ -81,3 +81,8 @@ def test_the_cli_varies_q_in_one_population(tmp_path):
 
     assert ag(tmp_path / "pop/q-0_seed-0") == pytest.approx(ag(tmp_path / "fedavg"), abs=1e-6)
     assert len(ag(tmp_path / "pop/q-1_seed-0")) == 2
+    # only Delta_k (the model's size) and h_k (one float32) go up, not the model as well
+    sent = lambda run: json.loads((run / "report.json").read_text())["communication"]
+    qffl, fedavg = sent(tmp_path / "pop/q-1_seed-0"), sent(tmp_path / "fedavg")
+    assert qffl["upload_sent_floats"] == [n + 1 for n in fedavg["upload_sent_floats"]]
+    assert qffl["download_floats"] == fedavg["download_floats"]

@@ -216,6 +216,10 @@ class Hooks(NamedTuple):
     message_sent: bool = True
     """Whether ``client_end``'s message goes up beside the upload (SCAFFOLD's change of c_i);
     False where the server derives it from the upload (FedDyn's update): not counted."""
+    upload_sent: bool = True
+    """Whether the client's model upload goes up at all; False where ``server_update`` builds
+    the model from the messages alone and never reads ``ServerInputs.params`` (q-FFL's
+    Delta_k and h_k): the communication figures count the message only."""
 
 
 def hook_pair(name: str, hook: str, what: str, out: Any) -> tuple[Any, Any]:

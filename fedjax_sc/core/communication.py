@@ -16,7 +16,8 @@ the algorithm's upload transform (nothing is run):
   say so, the server's state reaches every client with the model (``server_state_sent``,
   SCAFFOLD's c: download) and a client's ``client_end`` message goes up with its upload
   (``message_sent``, SCAFFOLD's change of c_i: upload, dense and sent); table leaves of
-  either count the client's rows, as the model's do.
+  either count the client's rows, as the model's do. Where the server builds the model from
+  the messages alone (``upload_sent`` False, q-FFL), the model upload is not counted.
 
 Floats are counted by element, bytes as elements times the dtype's size (float32: 4). With local
 vocabularies the client also tells the server which rows it sends: ``|V^k|`` int32 row ids,
@@ -151,8 +152,10 @@ def account(algorithm: Algorithm, state: ServerState, clients: ClientData,
                                 None if masks is None else masks.shape[1], client_states)
     figures = {k: [] for k in Communication._fields}
     for rows in rows_per_client:
-        for name, tree in (("download", (struct, server)), ("upload_dense", (struct, end)),
-                           ("upload_sent", (message, end))):
+        model_up = algorithm.hooks.upload_sent  # False: the server reads the messages alone
+        for name, tree in (("download", (struct, server)),
+                           ("upload_dense", (struct if model_up else (), end)),
+                           ("upload_sent", (message if model_up else (), end))):
             n, b = count(tree, rows)
             figures[f"{name}_floats"].append(n)
             figures[f"{name}_bytes"].append(b)

@@ -4,7 +4,7 @@ naming its flag: the client and server optimizers' settings (their builders chec
 ranges for the library's callers, :mod:`fedjax_sc.algorithms.hparams`), the
 heterogeneous clients' (:class:`fedjax_sc.core.heterogeneity.LocalWork`) and how the clients
 are made, sampled and padded (:func:`clients`). An algorithm's own options are checked by its
-builder.
+builder, built here once at placeholder sizes (a user's, when it is given options).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def check(c: Any) -> LocalWork:
       ValueError: ``--lr must be >= 0, got -1.0``: a number out of its range or not a number;
         a malformed ``--local-steps`` or ``--lr-schedule`` (or one beside ``--embedding-lr``
         or FedNova), or another setting :func:`local_work` refuses; a
-        setting the algorithm's builder refuses (``FedProx mu must be >= 0``).
+        setting the algorithm's builder refuses (``FedProx mu must be >= 0``), or an
+        ``--algorithm-option`` a user's builder never reads.
     """
     for name, (ok, what) in RANGES.items():
         hparams.check(flag(name), getattr(c, name), ok, what)
@@ -51,13 +52,15 @@ def check(c: Any) -> LocalWork:
         if c.embedding_lr is not None or c.aggregation == "fednova":
             raise ValueError("--lr-schedule scales --lr alone, round by round: it does not "
                              "combine with --embedding-lr or --aggregation fednova")
-    if registry.known(c.algorithm) and not is_spec(c.algorithm):
+    own = dict(getattr(c, "algorithm_options", None) or {})
+    if registry.known(c.algorithm) and (not is_spec(c.algorithm) or own):
         # the algorithm built once at placeholder sizes: its builders check their own settings
-        # (--prox-mu, --ditto-lambda, --pfedme-k, ...) before any corpus is read
+        # (--prox-mu, --ditto-lambda, --pfedme-k, ...; a user's builder, the names of its
+        # --algorithm-option) before any corpus is read
         registry.build_algorithm(
             c.algorithm, vocab_size=8, num_classes=2, embed_dim=c.embed_dim or 200,
             num_clients=2, upload_noise=c.upload_noise, dp_clip=c.dp_clip,
-            dp_noise=c.dp_noise, server_opt=c.server_opt,
+            dp_noise=c.dp_noise, server_opt=c.server_opt, algorithm_options=own,
             **{o: getattr(c, registry.config_field(o)) for o in registry.OPTIONS})
     return local_work(c)
 

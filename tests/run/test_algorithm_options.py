@@ -8,6 +8,7 @@ import pytest
 
 from fedjax_sc.algorithms.context import ReadOptions, parse_option
 from fedjax_sc.run import cli
+from fedjax_sc.run.config import TrainConfig
 
 SCALED = '''
 import fedjax_sc as fsc
@@ -72,6 +73,10 @@ def test_an_option_nothing_reads_is_refused(tmp_path, spec, capsys):
                      "--out", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err
     assert "--algorithm-option qq: " in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="--algorithm-option qq: "):  # before any corpus
+        TrainConfig(algorithm=spec, scene="fdu", data_dir=str(tmp_path / "absent"),
+                    algorithm_options={"qq": 0}).resolved()
 
 
 @pytest.mark.parametrize("flags, message", [
