@@ -89,9 +89,10 @@ class ClientStart(NamedTuple):
         batch (FedRoD's label counts); ``None`` where the caller holds none (the
         communication probe). The client knows its own data: nothing of it leaves it.
 
-    With local vocabularies, every ``[V, d]`` leaf of ``state`` and ``server`` that sits at a
+    With local vocabularies, every leaf of ``state`` and ``server`` that sits at a
     word-embedding table's path (a path ending in ``embedding/embedding``) arrives as the
-    client's rows ``[R, d]``, aligned with ``params``.
+    client's rows ``[R, d]``, aligned with ``params``: the path alone decides, so such a leaf
+    must be ``[V, ...]`` (a statistic of another shape belongs at another path).
     """
 
     params: Params
@@ -164,6 +165,11 @@ class ServerInputs(NamedTuple):
         a stacked message tree reduced over the client axis, each table's rows scattered
         into the full ``[V, d]`` table (rows a client does not hold count as zero), so use
         it on messages that are changes, not values (drjax's ``reduce_sum``).
+      updates: every client's upload as the server decoded it, minus the model the client
+        downloaded, stacked ``[K, ...]`` like ``messages`` (the shared leaves; tables as the
+        client's rows; zeros for a client that did not train): what the server can derive
+        from the uploads, noise and compression included (FedDyn's update). ``()`` where
+        a caller builds the inputs without it.
     """
 
     params: Params
@@ -173,6 +179,7 @@ class ServerInputs(NamedTuple):
     weights: jax.Array
     participating: jax.Array
     reduce: Callable[[Any, jax.Array], Any]
+    updates: Any = ()
 
 
 def _no_state(params: Params) -> Any:
@@ -202,8 +209,9 @@ class Hooks(NamedTuple):
     ``<c - c_i, w>``, whose gradient is the correction).
 
     Leaves of either state placed at a word-embedding table's path (ending in
-    ``embedding/embedding``) with the table's ``[V, d]`` shape are handled by rows under
-    local vocabularies (gathered for the client, its rows written back).
+    ``embedding/embedding``) are handled by rows under local vocabularies (gathered for the
+    client, its rows written back): the path alone decides, so such a leaf must be
+    ``[V, ...]``, indexed by word as the table is.
     """
 
     client_init: Callable[[Params], Any] = _no_state
@@ -213,9 +221,6 @@ class Hooks(NamedTuple):
     server_state_sent: bool = False
     """Whether the server's state goes down to the clients with the model (SCAFFOLD's c):
     the communication figures count it in the download."""
-    message_sent: bool = True
-    """Whether ``client_end``'s message goes up beside the upload (SCAFFOLD's change of c_i);
-    False where the server derives it from the upload (FedDyn's update): not counted."""
     upload_sent: bool = True
     """Whether the client's model upload goes up at all; False where ``server_update`` builds
     the model from the messages alone and never reads ``ServerInputs.params`` (q-FFL's

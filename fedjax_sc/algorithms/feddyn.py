@@ -6,15 +6,18 @@ state of the paper is ``grad L_k(theta_k^{t-1}) = -alpha h_k``. In round t it mi
 
     L_k(theta) + alpha <h_k, theta> + (alpha / 2) ||theta - theta^{t-1}||^2
 
-adds its update to h_k and sends it; the server keeps H, the mean of every client's h_k
-(the paper's -h / alpha), and sets the new model to the aggregate plus H::
+adds its update to h_k; the server keeps H, the mean of every client's h_k (the paper's
+-h / alpha), and sets the new model to the aggregate plus H::
 
     H <- H + (1 / N) sum_{k in P_t} (theta_k^t - theta^{t-1}),   theta^t = mean_{P_t} theta_k^t + H
 
 Written on :class:`~fedjax_sc.algorithms.base.Hooks`: the client state h_k and the server
 state H are params-shaped (the shared leaves); the loss term reads ``start.state``, the
-``client_end`` hook adds the update and sends it, ``server_update`` reduces the updates. With
-local vocabularies a client's update is zero outside its words, so training by rows is exact.
+``client_end`` hook adds the update, ``server_update`` reduces the updates as it decodes them
+from the uploads (``ServerInputs.updates``: with upload noise or compression, the noisy or
+compressed update, as a real server would see it; the client's own h_k keeps its exact
+update). With local vocabularies a client's update is zero outside its words, so training by
+rows is exact.
 
 Where this differs from the authors' code (``alpemreacar/FedDyn``, ``train_FedDyn``): they
 scale alpha per client by the inverse of its share of the data (``alpha / weight_k``, weights
@@ -84,20 +87,20 @@ def dynamic_regularizer(algorithm: Algorithm, num_clients: int,
             zip(jax.tree.leaves(own), jax.tree.leaves(anchor)))
         return value + term, {**aux, "dynamic": term}
 
-    def client_end(end: ClientEnd):
+    def client_end(end: ClientEnd):  # h_k gains the exact update; nothing else goes up
         update = jax.tree.map(jnp.subtract, masking.like(end.params, end.start.state),
                               masking.like(end.start.params, end.start.state))
-        return jax.tree.map(jnp.add, end.start.state, update), update
+        return jax.tree.map(jnp.add, end.start.state, update), ()
 
-    def server_update(s: ServerInputs):
+    def server_update(s: ServerInputs):  # H from the updates as the server decodes them
         mean_h = jax.tree.map(jnp.add, s.state, s.reduce(
-            s.messages, s.participating.astype(jnp.float32) / num_clients))
+            masking.like(s.updates, s.state), s.participating.astype(jnp.float32) / num_clients))
         return jax.tree.map(jnp.add, s.params, mean_h), mean_h
 
     zeros = lambda params: jax.tree.map(jnp.zeros_like, params)
     return algorithm._replace(client_loss=loss, hooks=Hooks(
         client_init=zeros, server_init=zeros, client_end=client_end,
-        server_update=server_update, message_sent=False))  # the update: upload - model
+        server_update=server_update))
 
 
 def feddyn(model: nn.Module, num_clients: int, learning_rate: float = LEARNING_RATE,

@@ -15,7 +15,7 @@ the algorithm's upload transform (nothing is run):
 * **an algorithm's own state** (:class:`~fedjax_sc.algorithms.base.Hooks`): where the hooks
   say so, the server's state reaches every client with the model (``server_state_sent``,
   SCAFFOLD's c: download) and a client's ``client_end`` message goes up with its upload
-  (``message_sent``, SCAFFOLD's change of c_i: upload, dense and sent); table leaves of
+  (SCAFFOLD's change of c_i: upload, dense and sent); table leaves of
   either count the client's rows, as the model's do. Where the server builds the model from
   the messages alone (``upload_sent`` False, q-FFL), the model upload is not counted.
 
@@ -177,7 +177,7 @@ def hooks_traffic(algorithm: Algorithm, state: ServerState, shared: Any, tables:
         rows = lambda tree: jax.eval_shape(lambda t, i: gather_table_rows(t, i, paths), tree,
                                            ids)
     server = rows(state.algorithm) if hooks.server_state_sent else ()
-    if hooks.client_end is None or not hooks.message_sent:
+    if hooks.client_end is None:
         return server, ()
     first = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
                                       tree)

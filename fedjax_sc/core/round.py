@@ -41,12 +41,15 @@ is ``fold_in(round_key, k)`` and its upload key ``fold_in(fold_in(round_key, str
 k)``,
 so a run resumed from a checkpoint replays exactly the same rounds.
 
-Local-vocabulary training is exact, not an approximation: a word that does not occur in a
-client's training data gets a zero gradient at every step, its optimizer state (fresh each
-round) stays zero, so its row never changes; the server's weighted mean of full tables equals
-the table plus the weighted row deltas (:func:`~fedjax_sc.algorithms.aggregate.weighted_mean_rows`).
-It is invalid for client optimizers that move parameters with a zero gradient (e.g. weight
-decay); pass ``vocab_ids=None`` to train the dense ``[V, d]`` table instead.
+Local-vocabulary training is exact, not an approximation, wherever a word that does not
+occur in a client's training data gets a zero gradient at every step: its optimizer state
+(fresh each round) stays zero, so its row never changes; the server's weighted mean of full
+tables equals the table plus the weighted row deltas
+(:func:`~fedjax_sc.algorithms.aggregate.weighted_mean_rows`). It is not exact where the
+loss moves rows the data never touches: client optimizers that move parameters with a zero
+gradient (weight decay), and terms that pull every row (SCAFFOLD's c - c_i, Ditto's and
+pFedMe's proximal terms after round 1; their docstrings say what differs). Pass
+``vocab_ids=None`` to train the dense ``[V, d]`` table instead.
 """
 
 from __future__ import annotations
@@ -185,7 +188,8 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
             own_rows = gather_table_rows(own, ids, row_tables)
             params, metrics, start = client_update(
                 start_params(private, ids), tokens, labels, mask, key, knowledge, client,
-                budget, own_rows, gather_table_rows(state.algorithm, ids, row_tables))
+                budget, state=own_rows,
+                server=gather_table_rows(state.algorithm, ids, row_tables))
             message = ()
             if hooks.client_end is not None:
                 new_own, message = hook_pair(algorithm.name, "client_end", "(state, message)",
@@ -257,6 +261,9 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         # the local copies are not sent: aggregated without them, remade from the model
         # the clients downloaded (mod:`fedjax_sc.core.copies`)
         base = copies.without_copies(state.params, algorithm.local_copies)
+        # what each client's upload, as the server decodes it, changed (ServerInputs.updates)
+        changes = () if hooks.server_update is None else jax.tree.map(
+            jnp.subtract, uploads, contexts(state, clients).start)
         if work.aggregation == "fednova":
             uploads = normalised_uploads(state, uploads, clients, weights, steps)
         flat = traverse_util.flatten_dict(uploads)

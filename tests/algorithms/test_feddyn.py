@@ -77,14 +77,14 @@ def test_a_local_step_follows_the_dynamic_gradient(model, alpha, seed):
 
 
 def test_the_hooks_accumulate_a_state_that_is_not_zero(model):
-    """client_end: h_k <- h_k + (theta_k - theta^{t-1}), the update sent; server_update:
-    H <- H + (1/N) sum over the participants of the updates, theta^t = aggregate + H (Algorithm
+    """client_end: h_k <- h_k + (theta_k - theta^{t-1}), nothing sent; server_update:
+    H <- H + (1/N) sum over the participants of the decoded updates, theta^t = aggregate + H (Algorithm
     1, lines 8-11 with H = -h / alpha)."""
     dyn = feddyn.dynamic_regularizer(fedavg(model), 4, 0.1)
     params = init_params(model, jax.random.key(0))
     x, y, h = (_random_like(params, s) for s in (1, 2, 3))
     state, sent = dyn.hooks.client_end(ClientEnd(ClientStart(x, state=h), y, jnp.int32(3)))
-    chex.assert_trees_all_close(sent, jax.tree.map(jnp.subtract, y, x), atol=1e-6)
+    assert sent == ()  # the server takes the update from the upload
     chex.assert_trees_all_close(state, jax.tree.map(lambda a, b, c: a + b - c, h, y, x),
                                 atol=1e-6)
     big_h, aggregate = _random_like(params, 4), _random_like(params, 5)
@@ -92,11 +92,37 @@ def test_the_hooks_accumulate_a_state_that_is_not_zero(model):
     taking_part = jnp.asarray([True, False, True])
     reduce = lambda tree, w: jax.tree.map(lambda t: jnp.tensordot(w, t, axes=1), tree)
     new_params, new_h = dyn.hooks.server_update(ServerInputs(
-        aggregate, x, big_h, updates, jnp.asarray([0.5, 0.0, 0.5]), taking_part, reduce))
+        aggregate, x, big_h, (), jnp.asarray([0.5, 0.0, 0.5]), taking_part, reduce, updates))
     want_h = jax.tree.map(lambda a, u: a + (u[0] + u[2]) / 4, big_h, updates)
     chex.assert_trees_all_close(new_h, want_h, atol=1e-6)
     chex.assert_trees_all_close(new_params, jax.tree.map(jnp.add, aggregate, want_h),
                                 atol=1e-6)
+
+
+def test_the_server_sees_the_noisy_update_and_the_client_keeps_its_exact_one(model, rounds):
+    """With upload noise the server's H is built from the upload it receives (one client:
+    theta^1 = u + H, H = u - theta^0, so H = (theta^1 - theta^0) / 2), while h_k gains the
+    clean update: the two differ by the noise, and agree without it."""
+    from fedjax_sc.algorithms.noise import gaussian_noise
+    from fedjax_sc.algorithms.upload import chain
+    from fedjax_sc.data.scenes import synthetic_scene
+    one = synthetic_scene(num_clients=1, train_per_client=14, test_per_client=6, max_len=10,
+                          seed=3)
+    data, x = client_data(one.train, local_vocab=True), init_params(model, jax.random.key(0))
+    for sigma in (0.0, 0.05):
+        dyn = feddyn.dynamic_regularizer(fedavg(model, 0.1, 0.0), 1, ALPHA)
+        dyn = dyn._replace(upload=chain(dyn.upload, gaussian_noise(sigma)))
+        state, clients, _ = rounds(dyn, model, data, 1, 1)
+        half = jax.tree.map(lambda t, a: (t - a) / 2, state.params, x)
+        chex.assert_trees_all_close(state.algorithm, half, atol=1e-6)
+        gap = np.concatenate([np.ravel(a[0] - b) for a, b in zip(
+            jax.tree.leaves(clients.algorithm), jax.tree.leaves(state.algorithm))])
+        rows = np.abs(np.concatenate([np.ravel(a[0]) for a in
+                                      jax.tree.leaves(clients.algorithm)])) > 0
+        if sigma == 0.0:
+            assert np.max(np.abs(gap)) < 1e-6
+        else:  # the noise, where the client's update is not zero
+            assert np.std(gap[rows]) == pytest.approx(sigma, rel=0.1)
 
 
 def test_local_vocabulary_training_is_exact(dyn, model, scene, rounds):
