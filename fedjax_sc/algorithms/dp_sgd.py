@@ -16,7 +16,10 @@ Choices, as implemented:
   gradient but count), the usual fixed-size DP-SGD normalisation.
 * The per-example loss is the client loss on a one-example batch. A batch-level term -- KTEPS's
   HSIC diversity (Eq. 7) -- is zero on one example, so under DP-SGD it acts on the private
-  leaves only; a term that couples examples cannot be clipped per example.
+  leaves only; a term that couples examples cannot be clipped per example. A term that reads
+  no example (FedProx's proximal term, FedDyn's and SCAFFOLD's state terms: the loss's
+  gradient on an example masked out) reveals nothing of the data: it is taken out of every
+  example's gradient before clipping and added once, unclipped and without noise.
 * The noise of step (e, j) of client k in round r draws from the step's own key, so no two
   clients, rounds or steps share noise.
 * With local-vocabulary training (paper Remark 3) the noise covers the rows of V^k that the
@@ -77,15 +80,20 @@ def dp_gradient(leaf_rules: Mapping[str, str | Sequence[str]] | None, l2_norm_cl
                 one = Batch(tokens[None], label[None], mask[None])
                 return loss(masking.merge(shared_params, private), one, rng)[0]
 
+            # the data-free part of the loss (its gradient on an example masked out: FedProx's,
+            # FedDyn's, SCAFFOLD's terms) is not clipped: taken out of each example, added back
+            free = jax.grad(example_loss)(shared, batch.tokens[0], batch.labels[0],
+                                          jnp.zeros_like(batch.mask[0]))
             per_example = jax.vmap(jax.grad(example_loss), in_axes=(None, 0, 0, 0))(
                 shared, batch.tokens, batch.labels, batch.mask)
-            leaves, treedef = jax.tree.flatten(per_example)
+            leaves, treedef = jax.tree.flatten(jax.tree.map(
+                lambda g, f: g - f[None], per_example, free))
             summed, num_clipped = optax.per_example_global_norm_clip(leaves, l2_norm_clip)
             key = jax.random.fold_in(rng, streams.DP_NOISE)
             size = batch.tokens.shape[0]
             noisy = [(s + noise_multiplier * l2_norm_clip
                       * jax.random.normal(jax.random.fold_in(key, i), s.shape, s.dtype)) / size
-                     for i, s in enumerate(summed)]
+                     + f for i, (s, f) in enumerate(zip(summed, jax.tree.leaves(free)))]
             grads = masking.merge(jax.tree.unflatten(treedef, noisy), private_grads)
             real = jnp.maximum(jnp.sum(batch.mask), 1).astype(jnp.float32)
             return (value, {**aux, "dp_clipped_fraction": num_clipped / real}), grads

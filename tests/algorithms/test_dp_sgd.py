@@ -48,6 +48,19 @@ def test_without_clipping_or_noise_it_is_the_sum_of_per_example_gradients_over_b
     assert float(aux["dp_clipped_fraction"]) == 0.0
 
 
+def test_a_term_that_reads_no_example_is_added_once_unclipped():
+    """FedProx's mu/2 ||w - w0||^2 reads no data: the step's gradient is the clipped
+    per-example cross-entropy gradients' sum over B plus mu (w - w0), not clipped with them."""
+    from fedjax_sc.algorithms.fedprox import proximal
+    clip, mu = 1e-3, 0.5
+    anchor = jax.tree.map(lambda x: x + 1.0, PARAMS)  # the term's gradient: -mu, far above C
+    prox = bind(proximal(fedavg(MODEL), mu).client_loss, ClientStart(anchor))
+    (_, _), got = jax.jit(dp_gradient(None, clip, 0.0)(prox))(PARAMS, BATCH, jax.random.key(2))
+    (_, _), plain = jax.jit(dp_gradient(None, clip, 0.0)(LOSS))(PARAMS, BATCH,
+                                                                jax.random.key(2))
+    chex.assert_trees_all_close(got, jax.tree.map(lambda g: g - mu, plain), atol=1e-6)
+
+
 def test_noise_std_is_z_c_over_b_on_shared_leaves_only():
     clip, z = 0.5, 2.0
     grad_fn = jax.jit(dp_gradient(FEDPER_RULES, clip, z)(LOSS))
