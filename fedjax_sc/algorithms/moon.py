@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from fedjax_sc.algorithms import hparams, masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientEnd, ClientStart, Hooks, Params
 from fedjax_sc.algorithms.fedavg import fedavg
-from fedjax_sc.algorithms.losses import contrastive_loss
+from fedjax_sc.algorithms.losses import CrossEntropy, contrastive_loss
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 
 DEFAULT_MU = 1.0
@@ -70,23 +70,29 @@ def model_contrastive(algorithm: Algorithm, mu: float = DEFAULT_MU,
     features = lambda params, tokens: model.apply({"params": params}, tokens,
                                                   method=model.features)
 
-    def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
-        value, aux = base(params, batch, rng, start)
+    def term(params: Params, z: jax.Array, batch: Batch, start: ClientStart):
         previous, has_previous = start.state
         frozen = jax.lax.stop_gradient
-        term = contrastive_loss(features(params, batch.tokens),
-                                frozen(features(start.params, batch.tokens)),
-                                frozen(features(masking.overlay(start.params, previous),
-                                                batch.tokens)), batch.mask,
-                                temperature, has_previous)
-        return value + mu * term, {**aux, "contrastive": term}
+        value = contrastive_loss(z, frozen(features(start.params, batch.tokens)),
+                                 frozen(features(masking.overlay(start.params, previous),
+                                                 batch.tokens)), batch.mask,
+                                 temperature, has_previous)
+        return mu * value, {"contrastive": value}
+
+    if isinstance(base, CrossEntropy) and hasattr(model, "head"):
+        loss = base.with_feature_term(term)  # z shared with the cross-entropy's forward pass
+    else:
+        def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):
+            value, aux = base(params, batch, rng, start)
+            extra, extra_aux = term(params, features(params, batch.tokens), batch, start)
+            return value + extra, {**aux, **extra_aux}
 
     def client_end(end: ClientEnd):  # the model this client trained is its next "previous"
         return (masking.like(end.params, end.start.state[0]), jnp.ones((), jnp.float32)), ()
 
     return algorithm._replace(client_loss=loss, hooks=Hooks(
         client_init=lambda params: (params, jnp.zeros((), jnp.float32)),
-        client_end=client_end, message_sent=False))
+        client_end=client_end))
 
 
 def moon(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,

@@ -113,3 +113,22 @@ def test_bad_settings_are_refused(model):
         moon.moon(model, mu=-1.0)
     with pytest.raises(ValueError, match="temperature"):
         moon.moon(model, temperature=0.0)
+
+
+def test_the_local_model_runs_once_a_step(model):
+    """The term reads the cross-entropy's features: a step's gradient holds FedAvg's
+    recurrences plus one forward pass for each frozen model (the global and the previous)."""
+    from fedjax_sc.algorithms.base import Batch, ClientStart
+    from fedjax_sc.models.text_classifier import init_params
+    params = init_params(model, jax.random.key(0))
+    batch = Batch(jnp.ones((2, 5), jnp.int32), jnp.array([0, 1]), jnp.ones(2, bool))
+
+    def scans(algorithm, state=()):
+        start = ClientStart(params, state=state)
+        grad = jax.grad(lambda p: algorithm.client_loss(p, batch, jax.random.key(0), start)[0])
+        return str(jax.make_jaxpr(grad)(params)).count("scan[")
+
+    contrastive = moon.moon(model)
+    plain = scans(fedavg(model))  # the forward pass's recurrence and its backward one
+    forward = plain // 2
+    assert scans(contrastive, contrastive.hooks.client_init(params)) == plain + 2 * forward
