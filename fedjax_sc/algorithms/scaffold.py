@@ -17,7 +17,9 @@ N^k); under heavy-ball momentum rho, K eta is the distance of K steps along a co
 gradient (``optimizers.momentum_steps``; rho = 0 is the paper's), the embedding tables with
 their own eta; with local vocabularies a client corrects only its own words' rows (the dense
 model moves every row by c - c_i; c_i's other rows stay 0 either way). Ap fine-tunes with the
-corrected gradient.
+corrected gradient. c_i+ - c_i goes up as it is: upload noise and compression act on the model
+alone, and the message carries (x - y_i) / (K eta) in the clear. A FedOpt server
+(``--server-opt``) takes its own step before eta_g's: leave eta_g at 1 with one.
 """
 
 from __future__ import annotations

@@ -285,12 +285,13 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                                                        row_masks(clients), sizes)
             # a client that did not train sends zeros (weighed 0 anyway; a nan from its
             # empty data would poison every sum)
-            messages = jax.tree.map(lambda m: jnp.where(
-                trained.reshape((-1,) + (1,) * (m.ndim - 1)), m, jnp.zeros_like(m)), messages)
+            messages, changes = jax.tree.map(lambda m: jnp.where(
+                trained.reshape((-1,) + (1,) * (m.ndim - 1)), m, jnp.zeros_like(m)),
+                (messages, changes))
             params, server = hook_pair(algorithm.name, "server_update", "(params, state)",
                                    hooks.server_update(ServerInputs(
                                        params, base, server, messages, weights, trained,
-                                       reduce)))
+                                       reduce, changes)))
         params = copies.restore_copies(params, state.params, algorithm.local_copies)
         # no client with an example (weights summing to 0): the mean would be all zeros and
         # kill the model for good; the server keeps its model and optimizer state instead

@@ -70,10 +70,10 @@ def check_clients(client_states: ClientStates, clients: ClientData) -> None:
     k = clients.tokens.shape[0]
     if k < 1:
         raise ValueError("the round needs at least one client, got client data for 0")
-    private = jax.tree.leaves(client_states.private)
-    if private and private[0].shape[0] != k:
-        raise ValueError(f"client states for {private[0].shape[0]} clients but client data "
-                         f"for {k}")
+    for leaf in jax.tree.leaves(tuple(client_states)):  # private, algorithm, upload states
+        if leaf.shape[:1] != (k,):
+            raise ValueError(f"client states for {leaf.shape[0] if leaf.ndim else 0} clients "
+                             f"but client data for {k}")
 
 
 def init_states(algorithm: Algorithm, params: Params, num_clients: int, *,

@@ -38,6 +38,16 @@ def test_the_round_names_bad_client_data(setup):
     with pytest.raises(ValueError, match=rf"client states for {data.num_clients + 1} clients "
                                          rf"but client data for {data.num_clients}"):
         step(state, clients, data, jax.random.key(0))
+    # an algorithm's own state (FedDyn on a model without private leaves) is checked too
+    plain = fsc.TextClassifier(vocab_size=len(scene.vocab), embed_dim=4, hidden=3,
+                               mlp_hidden=4)
+    dyn = fsc.methods.feddyn(plain, data.num_clients)
+    state, clients = rnd.init_states(dyn, init_params(plain, jax.random.key(0)),
+                                     data.num_clients + 1)
+    assert not jax.tree.leaves(clients.private)
+    with pytest.raises(ValueError, match=rf"client states for {data.num_clients + 1} clients"):
+        rnd.build_round(dyn, batch_size=4, local_epochs=1)(state, clients, data,
+                                                           jax.random.key(0))
     state, clients = rnd.init_states(algorithm, params, data.num_clients)
     with pytest.raises(TypeError, match="token ids must be integers, got float32"):
         step(state, clients, data._replace(tokens=data.tokens.astype(jnp.float32)),
