@@ -22,7 +22,8 @@ class RoundMetrics(NamedTuple):
       train_loss: float32 mean client loss over its real local steps.
       train_accuracy: float32 mean training-batch accuracy over its real local steps.
       steps: int32 number of real (unmasked) local steps.
-      finite: bool, False if the client's loss or params turned NaN/inf.
+      finite: bool, False if the client's loss or params turned NaN/inf (or, where it
+        trained, its algorithm state or message: :class:`~fedjax_sc.algorithms.base.Hooks`).
       aux: float32 ``{name: [num_clients]}``, every entry of the client loss's aux dict
         averaged over the client's real local steps (KTEPS: ``kt``, ``div``, ...).
     """

@@ -198,6 +198,8 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                 # a client that ran no step (padding, dropped) keeps its state
                 own = scatter_table_rows(keep_where(metrics.steps > 0, new_own, own_rows),
                                          own, ids, vmask, row_tables)
+                metrics = metrics._replace(finite=metrics.finite & (
+                    (metrics.steps == 0) | all_finite((new_own, message))))
             shared, new_private = split_private(algorithm, params)
             new_private = scatter_table_rows(new_private, private, ids, vmask, private_tables)
             return shared, new_private, own, metrics, message
@@ -308,6 +310,12 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         return fednova.rescale(contexts(state, clients).start, uploads, scale)
 
     return RoundParts(local_training, encode, decode, aggregate)
+
+
+def all_finite(tree: Any) -> jax.Array:
+    """Whether every float leaf of ``tree`` is finite (a bool scalar; True for none)."""
+    return jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+                                if jnp.issubdtype(x.dtype, jnp.inexact)] + [True]))
 
 
 def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,

@@ -1,6 +1,6 @@
 """The hooks' contract as the compiled round keeps it: a client that ran no step sends zeros
-(never a nan from its empty data into the server's sum), and a hook that returns something
-other than its pair is named in the error."""
+(never a nan from its empty data into the server's sum), a hook that returns something other
+than its pair is named in the error, and a state that turns nan marks its client not finite."""
 
 import re
 
@@ -43,3 +43,19 @@ def test_a_hook_that_returns_no_pair_is_named(model, scene, rounds, hook):
                                                    f"got a dict")):
         rounds(algorithm, model, client_data(scene.train, local_vocab=True), 1,
                scene.num_clients)
+
+
+def test_a_state_that_turns_nan_marks_the_client_not_finite(model, scene, rounds):
+    """A client whose hook state goes nan is reported as the run's divergence check reads it
+    (RoundMetrics.finite), as a nan in its params is; the others stay finite."""
+    def client_end(end):
+        poison = jnp.where(end.start.client == 0, jnp.nan, 0.0)
+        return end.start.state + poison, ()
+
+    hooks = Hooks(client_init=lambda params: jnp.zeros((), jnp.float32),
+                  client_end=client_end)
+    algorithm = fedavg(model, 0.1, 0.0)._replace(hooks=hooks)
+    _, clients, metrics = rounds(algorithm, model, client_data(scene.train), 1,
+                                 scene.num_clients)
+    assert np.asarray(metrics.finite).tolist() == [False] + [True] * (scene.num_clients - 1)
+    assert np.isnan(np.asarray(clients.algorithm)[0])
