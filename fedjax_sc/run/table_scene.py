@@ -147,14 +147,16 @@ def load(c: Any):
     if c.tokenizer == OLD_TOKENIZER:
         return got
     words = _tokenize().tokenizer(c.tokenizer)
-    corpora = {}
-    for client, parts in got.corpora.items():
-        corpora[client] = {}
-        for split, corpus in parts.items():
-            texts = tuple(words(corpus.texts))
-            corpora[client][split] = dataclasses.replace(
-                corpus, texts=texts, num_empty=sum(not t.split() for t in texts))
-    return got._replace(corpora=corpora)
+
+    def tokenized(corpus):
+        texts = tuple(words(corpus.texts))
+        return dataclasses.replace(corpus, texts=texts,
+                                   num_empty=sum(not t.split() for t in texts))
+
+    corpora = {client: {split: tokenized(corpus) for split, corpus in parts.items()}
+               for client, parts in got.corpora.items()}
+    unseen = None if got.unseen is None else tokenized(got.unseen)  # as every client's test
+    return got._replace(corpora=corpora, unseen=unseen)
 
 
 def files(c: Any) -> list[Path]:

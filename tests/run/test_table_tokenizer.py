@@ -107,3 +107,17 @@ def test_fsc_table_scene_reads_a_table_as_the_cli_does(tmp_path):
                             client_column="client", test_fraction=0.3)
     assert scene.num_clients == 2
     assert "great" in scene.vocab.words and "Great!" not in scene.vocab.words  # basic words
+
+
+def test_the_unseen_clients_rows_are_tokenized_as_every_clients_test_rows(tmp_path):
+    """Test rows of a client without training rows (Ag_unseen) go through the same
+    tokenizer as the other clients' test rows."""
+    data = tmp_path / "users.csv"
+    data.write_text('text,label,user,split\n"Great!! I LOVE it.",1,a,train\n'
+                    '"Awful, can\'t stand it",0,a,train\n"Don\'t LIKE it!",0,a,test\n'
+                    '"Don\'t LIKE it!",0,b,test\n')
+    c = TrainConfig(scene="table", data=str(data), text_column="text", label_column="label",
+                    client_column="user", split_column="split").resolved()
+    got = table_scene.load(c)
+    assert got.corpora["a"]["test"].texts == ("do n't like it !",)
+    assert got.unseen.texts == got.corpora["a"]["test"].texts
