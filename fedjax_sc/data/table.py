@@ -270,7 +270,8 @@ def check_test_split(split: str | None, client_column: str | None) -> None:
 def _hold_out(corpus: Corpus, fraction: float, seed: int,
               split: str | None = None) -> dict[str, Corpus]:
     """One client's ``min(ceil(fraction * n), n - 1)`` held-out rows of its n. ``random``
-    (None): ``datasets.Dataset.train_test_split(test_size=fraction, seed=seed)``, a
+    (None): ``datasets.Dataset.train_test_split(test_size=fraction, seed=seed)`` (the i-th
+    client in client order: ``seed`` = ``--partition-seed`` + i), a
     ``default_rng(seed)`` permutation, its first rows the test split, the rest the training
     split, both in the permuted order; ``last``: the client's last rows the test split, those
     before them the training split, both in file order. At least one row trains (LEAF's
@@ -406,8 +407,9 @@ def read_table(data: str, *, text_column: str, label_column: str,
         fraction = DEFAULT_TEST_FRACTION if test_fraction is None else test_fraction
         if not 0 < fraction < 1:
             raise ValueError(f"--test-fraction must lie in (0, 1), got {fraction}")
-        corpora = {c: _hold_out(parts["train"], fraction, seed, test_split)
-                   for c, parts in corpora.items()}
+        # client i holds out with seed + i: clients of one size draw independent positions
+        corpora = {c: _hold_out(parts["train"], fraction, seed + i, test_split)
+                   for i, (c, parts) in enumerate(corpora.items())}
     elif test_fraction is not None or test_split is not None:
         raise ValueError("--test-fraction and --test-split: the test split is given "
                          "(--test-data, --split-column or a DatasetDict's 'test')")

@@ -378,6 +378,16 @@ def test_hold_out_size_is_ceil(tmp_path):
                                                              n - math.ceil(f * n))
 
 
+def test_clients_of_one_size_hold_out_independent_positions(tmp_path):
+    # 6 clients of 20 rows each: the same seed for all would hold out the same positions
+    got = read(write(tmp_path / "d.csv", rows(240, clients=tuple("abcdef"))),
+               test_fraction=0.2)
+    row = lambda t: int(t.split()[1])  # "review I ...": client (I // 2) % 6, its row:
+    position = lambda c: sorted(2 * (row(t) // 12) + row(t) % 2
+                                for t in got.corpora[c]["test"].texts)
+    assert len({tuple(position(c)) for c in "abcdef"}) > 1
+
+
 def test_flwr_partitions_on_other_scenes():
     from fedjax_sc.run.loading import load_scene
     small = dict(scene="synthetic", synthetic_clients=2, synthetic_train=12, synthetic_test=6,
