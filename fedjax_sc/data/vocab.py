@@ -98,7 +98,8 @@ class Vocabulary:
     def encode(self, texts: Sequence[str], max_len: int) -> np.ndarray:
         """Token ids, clipped to the first ``max_len`` tokens and right-padded with ``PAD``.
 
-        Unknown words map to ``UNK`` (Li et al. 2021, Sec. 5.1).
+        Unknown words map to ``UNK`` (Li et al. 2021, Sec. 5.1), and so does the text
+        ``"<pad>"``: only the padding after the text is ``PAD``.
 
         Args:
           texts: ``n`` texts.
@@ -116,7 +117,8 @@ class Vocabulary:
         index = self.index
         for row, text in enumerate(texts):
             toks = tokenize(text)[:max_len]
-            ids[row, : len(toks)] = [index.get(t, UNK) for t in toks]
+            # a literal "<pad>" in the text is a word, not padding: UNK, as any unknown word
+            ids[row, : len(toks)] = [index.get(t, UNK) or UNK for t in toks]
         return ids
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> list[str]:

@@ -23,6 +23,11 @@ def test_specials():
     assert (PAD, UNK, PAD_TOKEN, UNK_TOKEN) == (0, 1, "<pad>", "<unk>")
 
 
+def test_a_literal_pad_in_the_text_is_unknown_not_padding():
+    v = Vocabulary((PAD_TOKEN, UNK_TOKEN, "good"))
+    assert v.encode(["good <pad> good"], 4).tolist() == [[2, UNK, 2, PAD]]
+
+
 def test_tokenize_splits_on_whitespace():
     assert vocab_lib.tokenize("  it 's\tgood ,\nreally  ") == ["it", "'s", "good", ",", "really"]
     assert vocab_lib.tokenize("") == []

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from fedjax_sc.run.cli import main
 from fedjax_sc.run.paper.reproduce import run_dir
@@ -210,3 +211,11 @@ def test_table8_pairs_a_cell_with_its_architecture_at_lambda1_0():
         ("arch_a_l1-0",), ("arch_b_l1-0",), ("arch_c_l1-0",)}
     assert all(b in names for b in ("arch_a_l1-0", "arch_b_l1-0", "arch_c_l1-0"))
     assert set(BASELINES["table4"]("x")) <= {r.name for r in plan("table4", "fdu", 50)[0]}
+
+
+def test_a_table2_average_of_own_models_leaves_out_a_client_without_test_rows():
+    from fedjax_sc.run.paper.table_plan import client_metric
+    report = {"clients": [{"client": "a", "personal": 0.8}, {"client": "b", "personal": None},
+                          {"client": "c", "personal": 0.6}]}
+    assert client_metric("table2", "indiv", "Avg")(report) == pytest.approx(0.7)
+    assert client_metric("table2", "indiv", "b")(report) is None

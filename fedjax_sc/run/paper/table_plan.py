@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fedjax_sc.algorithms.kteps_star import default_band
+from fedjax_sc.core.evaluate import mean_accuracy
 from fedjax_sc.run.paper import tables as paper
 
 TABLES = ("table2", "table3", "table4", "table5", "table6", "table7", "table8")
@@ -178,7 +179,8 @@ def client_metric(table: str, method: str, client: str) -> Callable[[dict], floa
         fallback = key == "Ag" and method in PERSONAL_AS_AG
         if client == "Avg":
             if fallback:
-                return float(np.mean([r["personal"] for r in report["clients"]]))
+                return mean_accuracy([np.nan if r["personal"] is None else r["personal"]
+                                      for r in report["clients"]])  # None: no test rows
             return report.get(key)
         for r in report["clients"]:
             if r["client"] == client:
