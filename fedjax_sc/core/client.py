@@ -12,7 +12,13 @@ import jax.numpy as jnp
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params, bind
 from fedjax_sc.core import copies
 from fedjax_sc.core.heterogeneity import LocalWork
-from fedjax_sc.core.local import epoch_schedule, local_steps, step_key, stream_batch
+from fedjax_sc.core.local import (
+    all_finite,
+    epoch_schedule,
+    local_steps,
+    step_key,
+    stream_batch,
+)
 
 
 class RoundMetrics(NamedTuple):
@@ -91,8 +97,7 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
         losses = jnp.where(real, losses, 0.0)
         aux = jax.tree.map(lambda a: jnp.where(real, a, 0.0), aux)
         n = jnp.sum(real)
-        finite = jnp.all(jnp.isfinite(losses)) & jnp.all(jnp.asarray(
-            [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)]))
+        finite = all_finite((losses, params))
         denom = jnp.maximum(n, 1).astype(jnp.float32)
         aux = {k: jnp.sum(v) / denom for k, v in aux.items()}
         return params, RoundMetrics(jnp.sum(losses) / denom, aux["accuracy"],

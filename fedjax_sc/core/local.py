@@ -27,6 +27,12 @@ StepFn = Callable[[Params, Any], tuple[tuple[jax.Array, dict[str, jax.Array]], P
 is the step's slice of the scan's inputs (a batch plan entry, a step index...)."""
 
 
+def all_finite(tree: Any) -> jax.Array:
+    """Whether every float leaf of ``tree`` is finite: a bool scalar (True for no leaf)."""
+    return jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+                                if jnp.issubdtype(x.dtype, jnp.inexact)] + [True]))
+
+
 def keep_where(real: Any, new: Any, old: Any) -> Any:
     """``new`` where ``real`` else ``old``, leaf by leaf.
 

@@ -5,7 +5,9 @@ with its private leaves -- on its own training data for ``Z = n_Z * z`` steps wi
 algorithm's client loss and a small learning rate (``mu * LR``, mu = 0.01 by default, Table 5),
 and evaluates on its test set every z steps. ``Ap_t^k`` (t = 1..n_Z) are those accuracies,
 ``Ap^k`` their mean and ``Ap`` the mean over clients. Column 0 of the curve is the personalised
-model before any fine-tuning (for FedAvg that is Ag^k, Remark 4).
+model before any fine-tuning (for FedAvg that is Ag^k, Remark 4). A model whose fine-tuning
+turns non-finite (too large a mu) classifies nothing from then on: accuracy 0, not the share
+of the class that argmax picks from nan scores.
 
 The paper gives n_Z = 25 (Fig. 4) but not z: the default here is z = 10 steps (80 reviews at
 batch 8, about 5% of an FDU client's training set), configurable.
@@ -31,7 +33,7 @@ from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, bind
 from fedjax_sc.core import copies, leaves, participation, population
 from fedjax_sc.core.evaluate import example_hits, mean_accuracy
-from fedjax_sc.core.local import epoch_order, local_steps, step_key
+from fedjax_sc.core.local import all_finite, epoch_order, local_steps, step_key
 from fedjax_sc.core.round import (
     ClientStates,
     ServerState,
@@ -253,6 +255,9 @@ def _member_phase(algorithm, optimizer, batch_size, num_evals, steps_per_eval,
             params = scatter_table_rows(work, full, ids, vmask, tables)
             hits = example_hits(predict, params, test_tokens, test_labels, test_mask,
                                 eval_batch_size)
+            # a model gone non-finite answers nothing: every example wrong (argmax of nan
+            # scores would pick class 0 and score that class's share)
+            hits = jax.tree.map(lambda h: h & all_finite(work), hits)
             n = jnp.sum(test_mask).astype(jnp.float32)  # no test example: NaN, no accuracy
             acc = jax.tree.map(lambda h: jnp.where(
                 n > 0, jnp.sum(h, dtype=jnp.int32).astype(jnp.float32) / jnp.maximum(n, 1.0),

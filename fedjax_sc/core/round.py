@@ -86,7 +86,7 @@ from fedjax_sc.core.leaves import (  # noqa: F401 (re-exported)
     replace_leaf,
     scatter_table_rows,
 )
-from fedjax_sc.core.local import keep_where
+from fedjax_sc.core.local import all_finite, keep_where
 from fedjax_sc.core.states import (  # noqa: F401 (re-exported)
     ClientStates,
     ServerState,
@@ -310,12 +310,6 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         return fednova.rescale(contexts(state, clients).start, uploads, scale)
 
     return RoundParts(local_training, encode, decode, aggregate)
-
-
-def all_finite(tree: Any) -> jax.Array:
-    """Whether every float leaf of ``tree`` is finite (a bool scalar; True for none)."""
-    return jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
-                                if jnp.issubdtype(x.dtype, jnp.inexact)] + [True]))
 
 
 def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,

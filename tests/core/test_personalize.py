@@ -122,3 +122,16 @@ def test_clients_in_blocks_fine_tune_as_all_at_once(setting, block):
         np.testing.assert_array_equal(blocks.correct[mode], whole.correct[mode])
     with pytest.raises(ValueError, match="clients_per_call must be >= 1"):
         make_personalize(alg, client_sgd(0.5), clients_per_call=0, **kw)
+
+
+def test_a_fine_tuning_gone_non_finite_scores_zero_not_class_zeros_share(setting):
+    scene, alg, state, clients = setting
+    import optax
+    blow_up = optax.scale(jax.numpy.float32(np.inf))  # the first step makes every param inf
+    run = make_personalize(alg, blow_up, batch_size=4, num_evals=2, steps_per_eval=1)
+    result = run(state, clients, client_data(scene.train, local_vocab=True),
+                 client_data(scene.test), jax.random.key(0))
+    for mode, curve in result.curve.items():
+        assert (curve[:, 0] > 0).all(), mode  # the model before fine-tuning answers
+        np.testing.assert_array_equal(curve[:, 1:], 0.0)
+        assert result.ap(mode) == 0.0
