@@ -5,7 +5,10 @@ with its private leaves -- on its own training data for ``Z = n_Z * z`` steps wi
 algorithm's client loss and a small learning rate (``mu * LR``, mu = 0.01 by default, Table 5),
 and evaluates on its test set every z steps. ``Ap_t^k`` (t = 1..n_Z) are those accuracies,
 ``Ap^k`` their mean and ``Ap`` the mean over clients. Column 0 of the curve is the personalised
-model before any fine-tuning (for FedAvg that is Ag^k, Remark 4). A model whose fine-tuning
+model before any fine-tuning (for FedAvg that is Ag^k, Remark 4; for FedFusion it is the
+model with its reference extractor set to the current extractor, as every client that starts
+training sets it (:mod:`fedjax_sc.core.copies`), so it differs from the model the rounds
+evaluated, which fuses with the previous round's extractor). A model whose fine-tuning
 turns non-finite (too large a mu) classifies nothing from then on: accuracy 0, not the share
 of the class that argmax picks from nan scores.
 
