@@ -78,8 +78,8 @@ def test_a_local_step_follows_the_dynamic_gradient(model, alpha, seed):
 
 def test_the_hooks_accumulate_a_state_that_is_not_zero(model):
     """client_end: h_k <- h_k + (theta_k - theta^{t-1}), nothing sent; server_update:
-    H <- H + (1/N) sum over the participants of the decoded updates, theta^t = aggregate + H (Algorithm
-    1, lines 8-11 with H = -h / alpha)."""
+    H <- H + (1/N) sum over the participants of the decoded updates, theta^t = aggregate + H
+    (Algorithm 1, lines 8-11 with H = -h / alpha)."""
     dyn = feddyn.dynamic_regularizer(fedavg(model), 4, 0.1)
     params = init_params(model, jax.random.key(0))
     x, y, h = (_random_like(params, s) for s in (1, 2, 3))
