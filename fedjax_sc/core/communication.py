@@ -151,8 +151,8 @@ def account(algorithm: Algorithm, state: ServerState, clients: ClientData,
     server, end = hooks_traffic(algorithm, state, params, tables,
                                 None if masks is None else masks.shape[1], client_states)
     figures = {k: [] for k in Communication._fields}
+    model_up = algorithm.hooks.upload_sent  # False: the server reads the messages alone
     for rows in rows_per_client:
-        model_up = algorithm.hooks.upload_sent  # False: the server reads the messages alone
         for name, tree in (("download", (struct, server)),
                            ("upload_dense", (struct if model_up else (), end)),
                            ("upload_sent", (message if model_up else (), end))):
