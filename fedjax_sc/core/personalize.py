@@ -10,7 +10,7 @@ model with its reference extractor set to the current extractor, as every client
 training sets it (:mod:`fedjax_sc.core.copies`), so it differs from the model the rounds
 evaluated, which fuses with the previous round's extractor). A model whose fine-tuning
 turns non-finite (too large a mu) classifies nothing from then on: accuracy 0, not the share
-of the class that argmax picks from nan scores.
+of the class that argmax picks from nan scores; :attr:`Personalization.finite` records where.
 
 The paper gives n_Z = 25 (Fig. 4) but not z: the default here is z = 10 steps (80 reviews at
 batch 8, about 5% of an FDU client's training set), configurable.
@@ -65,11 +65,24 @@ class Personalization(NamedTuple):
         (0 at padding): ``correct / n_Z`` averaged over a client's real examples is its Ap^k,
         the per-example record a paired comparison of two methods' Ap needs
         (:func:`fedjax_sc.core.evaluate.paired_ag_difference`). None where not recorded.
+      finite: bool ``[num_clients, n_Z + 1]``, whether the client's model was finite at each
+        column of the curve (a column where it was not scores 0). None where not recorded.
     """
 
     curve: dict[str, np.ndarray]
     steps_per_eval: int
     correct: dict[str, np.ndarray] | None = None
+    finite: np.ndarray | None = None
+
+    def nonfinite_from(self) -> np.ndarray:
+        """int ``[num_clients]``: the first column of the curve at which the client's model
+        was not finite (its fine-tuning diverged: too large a mu), -1 where it stayed finite
+        (also where ``finite`` was not recorded)."""
+        k = np.asarray(next(iter(self.curve.values()))).shape[0]
+        if self.finite is None:
+            return np.full(k, -1)
+        bad = ~np.asarray(self.finite, bool)
+        return np.where(bad.any(axis=1), bad.argmax(axis=1), -1)
 
     def ap_per_client(self, mode: str) -> np.ndarray:
         """Ap^k (Eq. 16): float ``[num_clients]``, the mean of columns 1..n_Z (column 0 when
@@ -203,15 +216,16 @@ def make_population_personalize(
         n = train.num_clients
         block = n if clients_per_call is None else min(clients_per_call, n)
         if block == n:
-            curve, correct = jax.device_get(compiled(states, client_states, train, test, rngs,
-                                                     values, jnp.int32(first)))
+            curve, correct, finite = jax.device_get(compiled(
+                states, client_states, train, test, rngs, values, jnp.int32(first)))
         else:
-            curve, correct = _by_blocks(compiled, block, states, client_states, train, test,
-                                        rngs, values, first)
+            curve, correct, finite = _by_blocks(compiled, block, states, client_states, train,
+                                                test, rngs, values, first)
         size = int(np.shape(rngs)[0])
         return [Personalization({k: np.asarray(v[i]) for k, v in curve.items()},
                                 steps_per_eval,
-                                {k: np.asarray(v[i]) for k, v in correct.items()})
+                                {k: np.asarray(v[i]) for k, v in correct.items()},
+                                np.asarray(finite[i]))
                 for i in range(size)]
 
     return personalize
@@ -238,7 +252,7 @@ def _member_phase(algorithm, optimizer, batch_size, num_evals, steps_per_eval,
                   eval_batch_size, table_paths, state, client_states, train, test, rng,
                   first):
     """One member's Ap phase (traced): every client fine-tuned under ``vmap``; returns
-    ``(curve, correct)`` as :class:`Personalization` holds them, JAX arrays."""
+    ``(curve, correct, finite)`` as :class:`Personalization` holds them, JAX arrays."""
 
     def one_client(shared, private, own, ids, vmask, tokens, labels, mask, test_tokens,
                    test_labels, test_mask, key, client, server, tables):
@@ -254,18 +268,19 @@ def _member_phase(algorithm, optimizer, batch_size, num_evals, steps_per_eval,
         count = jnp.sum(mask)
         num_batches = jnp.maximum((count + batch_size - 1) // batch_size, 1)
 
-        def accuracy(work):  # (accuracy, which examples are right) per mode
+        def accuracy(work):  # (accuracy, which examples are right) per mode, finite
             params = scatter_table_rows(work, full, ids, vmask, tables)
             hits = example_hits(predict, params, test_tokens, test_labels, test_mask,
                                 eval_batch_size)
             # a model gone non-finite answers nothing: every example wrong (argmax of nan
             # scores would pick class 0 and score that class's share)
-            hits = jax.tree.map(lambda h: h & all_finite(work), hits)
+            finite = all_finite(work)
+            hits = jax.tree.map(lambda h: h & finite, hits)
             n = jnp.sum(test_mask).astype(jnp.float32)  # no test example: NaN, no accuracy
             acc = jax.tree.map(lambda h: jnp.where(
                 n > 0, jnp.sum(h, dtype=jnp.int32).astype(jnp.float32) / jnp.maximum(n, 1.0),
                 jnp.nan), hits)
-            return acc, hits
+            return acc, hits, finite
 
         def step(work, t):
             e, j = t // num_batches, t % num_batches
@@ -281,13 +296,13 @@ def _member_phase(algorithm, optimizer, batch_size, num_evals, steps_per_eval,
             carry, _ = local_steps(step, optimizer, *carry, t, real)
             return carry, accuracy(carry[0])
 
-        before, before_hits = accuracy(work)
-        _, (after, hits) = jax.lax.scan(chunk, (work, optimizer.init(work)),
-                                        jnp.arange(num_evals))
+        before, before_hits, before_finite = accuracy(work)
+        _, (after, hits, finite) = jax.lax.scan(chunk, (work, optimizer.init(work)),
+                                                jnp.arange(num_evals))
         curve = jax.tree.map(lambda b, a: jnp.concatenate([b[None], a]), before, after)
         correct = jax.tree.map(lambda b, h: (jnp.sum(h, 0, dtype=jnp.int32) if num_evals
                                              else b.astype(jnp.int32)), before_hits, hits)
-        return curve, correct
+        return curve, correct, jnp.concatenate([before_finite[None], finite])
 
     local_rows = train.vocab_ids is not None
     tables = (leaves.table_paths(state.params, client_states.private, among=table_paths)

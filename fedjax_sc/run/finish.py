@@ -162,7 +162,8 @@ def personalize_members(cs: Sequence[TrainConfig], build: Callable[[dict[str, An
                   test_data, keys, values, 0 if share is None else share[0])
     if share is not None:
         results = [r._replace(curve=loading.gather_clients(r.curve, scene),
-                              correct=loading.gather_clients(r.correct, scene))
+                              correct=loading.gather_clients(r.correct, scene),
+                              finite=loading.gather_clients(r.finite, scene))
                    for r in results]
     seconds = time.perf_counter() - t0
     for m, lr, result, log in zip(cs, lrs, results, logs):
@@ -170,7 +171,23 @@ def personalize_members(cs: Sequence[TrainConfig], build: Callable[[dict[str, An
             f"{seconds:.1f} s" + (f" ({len(cs)} members in one program)" if len(cs) > 1
                                   else "") + f"; Ap ({mode}) {result.ap(mode):.4f}; "
             + ", ".join(f"{k}: {result.ap(k):.4f}" for k in sorted(result.curve)))
+        diverged = diverged_clients(result, None if scene is None else scene.client_names)
+        if diverged:
+            log(f"Ap phase: the fine-tuning went non-finite for {len(diverged)} of "
+                f"{len(result.nonfinite_from())} clients ({', '.join(diverged)}); each scores "
+                f"0 from that evaluation on (a smaller --ap-lr-mult than {m.ap_lr_mult:g} "
+                "avoids it)")
     return results, seconds / len(cs)
+
+
+def diverged_clients(result: personalize.Personalization,
+                     names: Sequence[str] | None = None) -> list[str]:
+    """``"name from t = j"`` for every client whose Ap fine-tuning went non-finite (j: the
+    first evaluation at which its model was not finite), in client order; ``[]`` when none
+    did. ``names``: the clients' names (default ``client k``)."""
+    start = result.nonfinite_from()
+    return [f"{names[k] if names is not None else f'client {k}'} from t = {int(t)}"
+            for k, t in enumerate(start) if t >= 0]
 
 
 def _figure(out: Path, log) -> str:

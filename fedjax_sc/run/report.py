@@ -19,7 +19,9 @@ def make_report(c: Any, scene: scenes.Scene, ag: np.ndarray | None,
             mode: str) -> dict[str, Any]:
     """The end-of-run report (``report.json``): Ag^k, the personalised accuracy before
     fine-tuning and Ap^k per client, their means, the Ap_t curve and the Ap settings, and per
-    client the lines that were not UTF-8 and were decoded as latin-1 (``latin1_lines``). A
+    client the lines that were not UTF-8 and were decoded as latin-1 (``latin1_lines``), and,
+    where a client's Ap fine-tuning went non-finite, the evaluation from which it scored 0
+    (``Ap_nonfinite_from``: client -> t). A
     client without test examples (kept with ``allow_empty``) has None (n/a) figures and is
     left out of the means.
 
@@ -51,6 +53,10 @@ def make_report(c: Any, scene: scenes.Scene, ag: np.ndarray | None,
         report["Ap_modes"] = {k: ap.ap(k) for k in sorted(ap.curve)}
         report["Ap_t"] = ap.ap_t(mode).round(5).tolist()
         report["ap_settings"] = {"n_Z": c.ap_evals, "z": c.ap_steps, "mu": c.ap_lr_mult}
+        start = ap.nonfinite_from()
+        if (start >= 0).any():  # client -> the first evaluation its fine-tuned model was not finite
+            report["Ap_nonfinite_from"] = {n: int(t) for n, t in zip(scene.client_names, start)
+                                           if t >= 0}
     return report
 
 

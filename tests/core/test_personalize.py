@@ -135,3 +135,15 @@ def test_a_fine_tuning_gone_non_finite_scores_zero_not_class_zeros_share(setting
         assert (curve[:, 0] > 0).all(), mode  # the model before fine-tuning answers
         np.testing.assert_array_equal(curve[:, 1:], 0.0)
         assert result.ap(mode) == 0.0
+    # and the result says which clients went non-finite, from which evaluation on
+    k = result.curve[next(iter(result.curve))].shape[0]
+    np.testing.assert_array_equal(result.finite[:, 0], True)
+    np.testing.assert_array_equal(result.nonfinite_from(), np.ones(k))
+    from fedjax_sc.run.finish import diverged_clients
+    assert diverged_clients(result, scene.client_names)[0] == f"{scene.client_names[0]} from t = 1"
+    # a fine-tuning that stays finite names no client
+    calm = make_personalize(alg, client_sgd(0.01), batch_size=4, num_evals=2, steps_per_eval=1)
+    ok = calm(state, clients, client_data(scene.train, local_vocab=True),
+              client_data(scene.test), jax.random.key(0))
+    np.testing.assert_array_equal(ok.nonfinite_from(), -np.ones(k))
+    assert diverged_clients(ok) == []
