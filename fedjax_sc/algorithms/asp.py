@@ -28,7 +28,14 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_sc.algorithms.aggregate import weighted_mean
-from fedjax_sc.algorithms.base import Algorithm, Batch, CentralTrainer, ClientStart, Params
+from fedjax_sc.algorithms.base import (
+    MULTITASK_SCHEDULE,
+    Algorithm,
+    Batch,
+    CentralTrainer,
+    ClientStart,
+    Params,
+)
 from fedjax_sc.algorithms.losses import masked_mean
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM, client_sgd
 from fedjax_sc.models.asp import ASPClassifier
@@ -84,7 +91,8 @@ def asp_loss(model: ASPClassifier, adversarial: float, orthogonal: float):
 def asp(model: ASPClassifier, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
         embedding_learning_rate: float | None = None,
         adversarial: float = ADVERSARIAL_WEIGHT,
-        orthogonal: float = ORTHOGONALITY_WEIGHT, schedule: str = "alternate") -> Algorithm:
+        orthogonal: float = ORTHOGONALITY_WEIGHT,
+        schedule: str = MULTITASK_SCHEDULE) -> Algorithm:
     """Builds ASP.
 
     Args:

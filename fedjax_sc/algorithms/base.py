@@ -246,6 +246,8 @@ CENTRAL_TRAINERS = ("pooled", "multitask")
 MULTITASK_SCHEDULES = ("alternate", "sum")
 """How the multi-task trainer steps (:mod:`fedjax_sc.core.multitask`): one domain's batch a
 step, or every domain's batch a step with the gradients summed."""
+MULTITASK_SCHEDULE = "alternate"
+"""The default of the two (Liu et al. 2017's ASP alternates the tasks)."""
 
 
 class CentralTrainer(NamedTuple):
@@ -261,7 +263,7 @@ class CentralTrainer(NamedTuple):
     """
 
     name: str
-    schedule: str = "alternate"
+    schedule: str = MULTITASK_SCHEDULE
 
     def check(self) -> CentralTrainer:
         """Returns itself.

@@ -59,8 +59,13 @@ class Compressed(NamedTuple):
         return [(rows * m, self.coefficients.dtype), (self.basis.size, self.basis.dtype)]
 
 
+PCA_CENTER = True
+"""Centre the rows before the PCA (the covariance of Eq. 10; ``--no-pca-center`` turns it
+off)."""
+
+
 def principal_components(x: jax.Array, mask: jax.Array | None = None,
-                         center: bool = True) -> tuple[jax.Array, jax.Array]:
+                         center: bool = PCA_CENTER) -> tuple[jax.Array, jax.Array]:
     """Eigen-decomposition of the covariance of the real rows of ``x`` (Eq. 10).
 
     Args:
@@ -96,7 +101,7 @@ def energy_kept(eigenvalues: jax.Array, d1: int, d2: int) -> jax.Array:
 
 
 def pca_compress(d1: int, d2: int, table: str = EMBEDDING_TABLE,
-                 center: bool = True) -> UploadTransform:
+                 center: bool = PCA_CENTER) -> UploadTransform:
     """Upload transform sending ``table`` as its projection on principal components d1..d2.
 
     Args:

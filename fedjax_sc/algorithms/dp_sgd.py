@@ -103,13 +103,20 @@ def dp_gradient(leaf_rules: Mapping[str, str | Sequence[str]] | None, l2_norm_cl
     return factory
 
 
-def dp_sgd(algorithm: Algorithm, l2_norm_clip: float, noise_multiplier: float) -> Algorithm:
+NO_NOISE = 0.0
+"""The run's default noise multiplier z (``--dp-noise``): clipping alone, no noise, until a
+study sets it (a guarantee needs z > 0)."""
+
+
+def dp_sgd(algorithm: Algorithm, l2_norm_clip: float,
+           noise_multiplier: float = NO_NOISE) -> Algorithm:
     """``algorithm`` with DP-SGD on its shared leaves (``client_gradient`` replaced).
 
     Args:
       algorithm: any :class:`~fedjax_sc.algorithms.base.Algorithm`.
       l2_norm_clip: C, per-example clipping norm.
-      noise_multiplier: z, noise std z * C on the summed clipped gradient.
+      noise_multiplier: z, noise std z * C on the summed clipped gradient (default
+        :data:`NO_NOISE`: 0).
 
     Raises:
       ValueError: ``algorithm`` computes its own client gradient (Per-FedAvg's

@@ -29,7 +29,7 @@ import jax
 from fedjax_sc.algorithms import hparams
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params
 from fedjax_sc.algorithms.fedavg import fedavg
-from fedjax_sc.algorithms.losses import MMD_KERNELS, CrossEntropy, mmd
+from fedjax_sc.algorithms.losses import MMD_KERNEL, MMD_KERNELS, CrossEntropy, mmd
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
 
 DEFAULT_WEIGHT = 0.1
@@ -37,7 +37,7 @@ DEFAULT_WEIGHT = 0.1
 
 
 def mmd_penalty(algorithm: Algorithm, weight: float = DEFAULT_WEIGHT,
-                bandwidth: float | None = None, kernel: str = "multi") -> Algorithm:
+                bandwidth: float | None = None, kernel: str = MMD_KERNEL) -> Algorithm:
     """``algorithm`` with FedMMD's feature-MMD term added to its client loss.
 
     Args:
@@ -86,7 +86,7 @@ def mmd_penalty(algorithm: Algorithm, weight: float = DEFAULT_WEIGHT,
 
 def fedmmd(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float = MOMENTUM,
            embedding_learning_rate: float | None = None, weight: float = DEFAULT_WEIGHT,
-           bandwidth: float | None = None, kernel: str = "multi") -> Algorithm:
+           bandwidth: float | None = None, kernel: str = MMD_KERNEL) -> Algorithm:
     """Builds FedMMD: FedAvg + the two-stream MMD term.
 
     Args:

@@ -39,12 +39,14 @@ from fedjax_sc.models.generic_personal import FedRoDClassifier
 
 LABEL_PRIORS = ("client", "batch")
 """Where the balanced softmax's class counts N_c come from (see the module docstring)."""
+LABEL_PRIOR = "client"
+"""The default: the client's whole training split, as Chen and Chao's code."""
 
 RULES = {"private": r"^(personal|user)/", "shared": r"^(embedding|encoder|classifier)/"}
 """The personal head (and a FURL user vector) stay on the client; body and generic head go."""
 
 
-def fedrod_loss(model: FedRoDClassifier, label_prior: str = "client"):
+def fedrod_loss(model: FedRoDClassifier, label_prior: str = LABEL_PRIOR):
     """The FedRoD client loss, L = L_BSM(g) + CE(sg(g) + p) of the module docstring.
 
     Args:
@@ -92,7 +94,7 @@ def fedrod_loss(model: FedRoDClassifier, label_prior: str = "client"):
 
 def fedrod(model: FedRoDClassifier, learning_rate: float = LEARNING_RATE,
            momentum: float = MOMENTUM, embedding_learning_rate: float | None = None,
-           label_prior: str = "client") -> Algorithm:
+           label_prior: str = LABEL_PRIOR) -> Algorithm:
     """Builds FedRoD (linear personal head; see the module docstring).
 
     Args:

@@ -26,7 +26,14 @@ import optax
 from fedjax_sc.algorithms import hparams, predict
 from fedjax_sc.algorithms.aggregate import weighted_mean
 from fedjax_sc.algorithms.base import Algorithm, Batch, ClientLoss, ClientStart, Params
-from fedjax_sc.algorithms.losses import HSIC_NORMALIZATIONS, hsic, knowledge_transfer, masked_mean
+from fedjax_sc.algorithms.losses import (
+    HSIC_NORMALIZATION,
+    HSIC_NORMALIZATIONS,
+    KT_TEMPERATURE,
+    hsic,
+    knowledge_transfer,
+    masked_mean,
+)
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM, client_sgd
 from fedjax_sc.models.private_shared import PrivateSharedClassifier
 
@@ -37,7 +44,7 @@ RULES = {"private": r"^(private_[a-z]+|gate|user)/",
 
 def kteps_loss(model: PrivateSharedClassifier, lambda_kt: float, lambda_div: float,
                temperature: float, bandwidth: float | None,
-               hsic_normalization: str = "biased") -> ClientLoss:
+               hsic_normalization: str = HSIC_NORMALIZATION) -> ClientLoss:
     """The KTEPS client loss, Eq. 9 (the paper's settings are :func:`kteps`'s defaults).
 
     Args:
@@ -79,8 +86,9 @@ def kteps_loss(model: PrivateSharedClassifier, lambda_kt: float, lambda_div: flo
 def kteps(model: PrivateSharedClassifier, learning_rate: float = LEARNING_RATE,
           momentum: float = MOMENTUM,
           embedding_learning_rate: float | None = None, lambda_kt: float = 0.01,
-          lambda_div: float = 0.01, temperature: float = 0.25, bandwidth: float | None = None,
-          hsic_normalization: str = "biased", name: str = "kteps") -> Algorithm:
+          lambda_div: float = 0.01, temperature: float = KT_TEMPERATURE,
+          bandwidth: float | None = None, hsic_normalization: str = HSIC_NORMALIZATION,
+          name: str = "kteps") -> Algorithm:
     """Builds KTEPS (or, with another model variant and ``name``, an arch A/B/C ablation).
 
     Args:

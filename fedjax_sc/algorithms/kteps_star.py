@@ -19,7 +19,7 @@ import math
 
 from fedjax_sc.algorithms import hparams
 from fedjax_sc.algorithms.base import Algorithm
-from fedjax_sc.algorithms.compression import pca_compress
+from fedjax_sc.algorithms.compression import PCA_CENTER, pca_compress
 from fedjax_sc.algorithms.kteps import kteps
 from fedjax_sc.algorithms.noise import PAPER_SIGMA, gaussian_noise
 from fedjax_sc.algorithms.upload import UploadTransform, chain, identity_upload
@@ -38,16 +38,18 @@ def default_band(embed_dim: int) -> tuple[int, int]:
     return 2, max(2, math.floor(0.75 * embed_dim + 0.5))
 
 
-def kteps_star(model: PrivateSharedClassifier, *, d1: int, d2: int, sigma: float = PAPER_SIGMA,
-               center: bool = True, **kteps_kwargs) -> Algorithm:
+def kteps_star(model: PrivateSharedClassifier, *, d1: int | None = None, d2: int | None = None,
+               sigma: float = PAPER_SIGMA, center: bool = PCA_CENTER,
+               **kteps_kwargs) -> Algorithm:
     """Builds KTEPS*.
 
     Args:
       model: the KTEPS model (``PrivateSharedClassifier(private_from="classifier",
         projection=True)``).
       d1: the band of principal components d1..d2, 1-based inclusive (see
-        :func:`~fedjax_sc.algorithms.compression.pca_compress`).
-      d2: the band's last component.
+        :func:`~fedjax_sc.algorithms.compression.pca_compress`); None:
+        :func:`default_band` of ``model.embed_dim``'s (2, as the paper).
+      d2: the band's last component; None: :func:`default_band`'s (round(0.75 d)).
       sigma: upload noise std (:func:`~fedjax_sc.algorithms.noise.gaussian_noise`).
       center: centre the rows before the PCA.
       **kteps_kwargs: learning rates and loss settings of
@@ -56,12 +58,14 @@ def kteps_star(model: PrivateSharedClassifier, *, d1: int, d2: int, sigma: float
     Raises:
       ValueError: an invalid band or sigma.
     """
+    band = default_band(model.embed_dim)
+    band = (band[0] if d1 is None else d1, band[1] if d2 is None else d2)
     return kteps(model, **kteps_kwargs)._replace(
-        name="kteps_star", upload=private_upload((d1, d2), sigma, center))
+        name="kteps_star", upload=private_upload(band, sigma, center))
 
 
 def private_upload(band: tuple[int, int] | None, sigma: float = 0.0,
-                   center: bool = True) -> UploadTransform:
+                   center: bool = PCA_CENTER) -> UploadTransform:
     """KTEPS*'s upload for any algorithm whose shared leaves hold the word embeddings:
     ``chain(pca_compress(*band), gaussian_noise(sigma))``, leaving out the parts that are off
     (``band=None``, ``sigma=0``; both off: the identity).

@@ -131,10 +131,13 @@ HSIC_NORMALIZATIONS = ("biased", "none")
 """How :func:`hsic` scales the trace: ``biased`` divides by (n - 1)^2 (Gretton et al.'s biased
 estimator, bounded by 1 for Gaussian kernels), ``none`` leaves ``Tr(L_x H L_y H)`` as it is
 (Li et al. 2021, Eq. 7 prints no factor; (n - 1)^2 = 49 times larger at a batch of 8)."""
+HSIC_NORMALIZATION = "biased"
+"""The default of the two (docs/choices.md says why)."""
 
 
 def hsic(x: jax.Array, y: jax.Array, mask: jax.Array | None = None,
-         bandwidth: float | None = None, normalization: str = "biased") -> jax.Array:
+         bandwidth: float | None = None,
+         normalization: str = HSIC_NORMALIZATION) -> jax.Array:
     """Empirical HSIC with Gaussian kernels (Li et al. 2021, Eq. 7; Gretton et al. 2005).
 
     ``HSIC = (n - 1)^-2 Tr(L_x H L_y H)`` with ``H = I - 11^T / n`` over the n real rows. It
@@ -177,8 +180,12 @@ def hsic(x: jax.Array, y: jax.Array, mask: jax.Array | None = None,
     return jnp.where(n >= 2, value, 0.0)
 
 
+KT_TEMPERATURE = 0.25
+"""T of the knowledge-transfer term (Li et al. 2021, Eq. 8; Sec. 5.2: 0.25)."""
+
+
 def knowledge_transfer(private_logits: jax.Array, shared_logits: jax.Array,
-                       temperature: float = 0.25) -> jax.Array:
+                       temperature: float = KT_TEMPERATURE) -> jax.Array:
     """The knowledge-transfer loss exactly as Li et al. 2021, Eq. 8 prints it.
 
     ``L_kt = -sum_c Softmax_1(g_p)_c log Softmax_T(g_s)_c``, the gradient stopped through
@@ -198,6 +205,8 @@ def knowledge_transfer(private_logits: jax.Array, shared_logits: jax.Array,
 
 MMD_KERNELS = ("multi", "median")
 """Kernels of :func:`mmd`."""
+MMD_KERNEL = "multi"
+"""The default kernel: the two-stream FedMMD code's sum of 19 Gaussians."""
 
 MULTI_KERNEL_VARIANCES = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 5.0, 10.0, 15.0, 20.0, 25.0,
                           30.0, 35.0, 100.0, 1e3, 1e4, 1e5, 1e6)
@@ -207,7 +216,7 @@ released ``mmd_loss``, the list of Bousmalis et al.'s domain separation networks
 
 
 def mmd(x: jax.Array, y: jax.Array, mask: jax.Array | None = None,
-        bandwidth: float | None = None, kernel: str = "multi") -> jax.Array:
+        bandwidth: float | None = None, kernel: str = MMD_KERNEL) -> jax.Array:
     """Squared maximum mean discrepancy (Gretton et al. 2012, biased V-statistic), as
     FedMMD's penalty (Yao et al. 2018).
 

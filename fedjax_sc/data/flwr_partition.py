@@ -15,6 +15,8 @@ import numpy as np
 
 MIN_PARTITION_SIZE = 10
 """``DirichletPartitioner``'s default ``min_partition_size``."""
+SELF_BALANCING = False
+"""``DirichletPartitioner``'s default ``self_balancing``."""
 MAX_RETRIES = 10
 """``DirichletPartitioner`` redraws at most this many times (11 draws in all), then raises."""
 
@@ -78,7 +80,7 @@ def _split_classes(targets: np.ndarray, classes: np.ndarray, proportions: np.nda
 
 def dirichlet_partition(labels: np.ndarray, num_partitions: int, alpha: float, seed: int = 0,
                         min_partition_size: int = MIN_PARTITION_SIZE,
-                        self_balancing: bool = False) -> DirichletDraw:
+                        self_balancing: bool = SELF_BALANCING) -> DirichletDraw:
     """flwr-datasets' ``DirichletPartitioner(num_partitions, partition_by, alpha,
     min_partition_size, self_balancing, shuffle=True, seed)`` behind ``FederatedDataset(
     shuffle=True, seed=seed)`` (Yurochkin et al. 2019's label split, as flwr-datasets codes it).

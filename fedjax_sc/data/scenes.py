@@ -21,6 +21,14 @@ from fedjax_sc.data.vocab import (
     token_lengths,
 )
 
+NUM_CLASSES = {"fdu": 2, "iyy": 5, "synthetic": 2}
+"""C per built-in scene (binary sentiment; IYY's 1-5 stars; Li et al. 2021, Table 1)."""
+MAX_LEN = {"fdu": 200, "iyy": 400, "synthetic": 48}
+"""L, the reviews' length in tokens, per built-in scene (Li et al. 2021, Sec. 5.2: 200 on
+FDU, 400 on IYY; short texts on the synthetic scene, so that it trains in seconds)."""
+SYNTHETIC_CLIENTS, SYNTHETIC_TRAIN, SYNTHETIC_TEST = 4, 160, 200
+"""The synthetic scene's clients and reviews per client (train, test)."""
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ClientArrays:
@@ -300,7 +308,8 @@ def client_stats(client_corpora: Mapping[str, Mapping[str, Corpus]], splits: Seq
     return stats
 
 
-def fdu_scene(data_dir: str | Path, max_len: int = 200, vocab_size: int = VOCAB_SIZE,
+def fdu_scene(data_dir: str | Path, max_len: int = MAX_LEN["fdu"],
+              vocab_size: int = VOCAB_SIZE,
               dev_holdout: bool = False, domains: Sequence[str] = FDU_DOMAINS) -> Scene:
     """The FDU scene: 16 binary-sentiment clients (Li et al. 2021, Sec. 5.1, Table 1).
 
@@ -308,10 +317,12 @@ def fdu_scene(data_dir: str | Path, max_len: int = 200, vocab_size: int = VOCAB_
       FileNotFoundError, ValueError: see ``corpus.read_fdu`` and ``build_scene``.
     """
     corpora = corpus_lib.read_fdu(data_dir, domains=domains, dev_holdout=dev_holdout)
-    return build_scene("fdu", corpora, num_classes=2, max_len=max_len, vocab_size=vocab_size)
+    return build_scene("fdu", corpora, num_classes=NUM_CLASSES["fdu"], max_len=max_len,
+                       vocab_size=vocab_size)
 
 
-def iyy_scene(data_dir: str | Path, max_len: int = 400, vocab_size: int = VOCAB_SIZE,
+def iyy_scene(data_dir: str | Path, max_len: int = MAX_LEN["iyy"],
+              vocab_size: int = VOCAB_SIZE,
               dev_holdout: bool = False) -> Scene:
     """The IYY scene: IMDB, Yelp13, Yelp14 with 5 classes (Li et al. 2021, Sec. 5.1, Table 1).
 
@@ -319,7 +330,8 @@ def iyy_scene(data_dir: str | Path, max_len: int = 400, vocab_size: int = VOCAB_
       FileNotFoundError, ValueError: see ``corpus.read_iyy`` and ``build_scene``.
     """
     corpora = corpus_lib.read_iyy(data_dir, dev_holdout=dev_holdout)
-    return build_scene("iyy", corpora, num_classes=5, max_len=max_len, vocab_size=vocab_size)
+    return build_scene("iyy", corpora, num_classes=NUM_CLASSES["iyy"], max_len=max_len,
+                       vocab_size=vocab_size)
 
 
 def _synthetic_split(rng: np.random.Generator, k: int, n: int, max_len: int, mean_len: float,
@@ -350,8 +362,10 @@ def _synthetic_split(rng: np.random.Generator, k: int, n: int, max_len: int, mea
                   source=f"synthetic:d{k}", num_empty=0, num_latin1_lines=0)
 
 
-def synthetic_scene(num_clients: int = 4, train_per_client: int = 160,
-                    test_per_client: int = 200, max_len: int = 48, seed: int = 0,
+def synthetic_scene(num_clients: int = SYNTHETIC_CLIENTS,
+                    train_per_client: int = SYNTHETIC_TRAIN,
+                    test_per_client: int = SYNTHETIC_TEST,
+                    max_len: int = MAX_LEN["synthetic"], seed: int = 0,
                     label_noise: float = 0.1, dev_per_client: int = 0,
                     vocab_size: int = VOCAB_SIZE, **kwargs) -> Scene:
     """A deterministic multi-domain binary sentiment scene generated as text: the corpora of
@@ -365,12 +379,15 @@ def synthetic_scene(num_clients: int = 4, train_per_client: int = 160,
                                 test_per_client=test_per_client, max_len=max_len, seed=seed,
                                 label_noise=label_noise, dev_per_client=dev_per_client,
                                 **kwargs)
-    return build_scene("synthetic", corpora, num_classes=2, max_len=max_len,
+    return build_scene("synthetic", corpora, num_classes=NUM_CLASSES["synthetic"],
+                       max_len=max_len,
                        vocab_size=vocab_size)
 
 
-def synthetic_corpora(num_clients: int = 4, train_per_client: int = 160,
-                      test_per_client: int = 200, max_len: int = 48, seed: int = 0,
+def synthetic_corpora(num_clients: int = SYNTHETIC_CLIENTS,
+                      train_per_client: int = SYNTHETIC_TRAIN,
+                      test_per_client: int = SYNTHETIC_TEST,
+                      max_len: int = MAX_LEN["synthetic"], seed: int = 0,
                       label_noise: float = 0.1, dev_per_client: int = 0,
                       num_shared_neutral: int = 300, num_shared_sentiment: int = 120,
                       num_domain_sentiment: int = 12, domain_vocab_size: int = 120,

@@ -21,7 +21,18 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from fedjax_sc.models.text_classifier import MLP, PAD, BiGRU, Embedding, seq_mean
+from fedjax_sc.models.text_classifier import (
+    DTYPE,
+    EMBED_DIM,
+    HIDDEN,
+    MLP,
+    MLP_HIDDEN,
+    NUM_CLASSES,
+    PAD,
+    BiGRU,
+    Embedding,
+    seq_mean,
+)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -71,12 +82,12 @@ class ASPClassifier(nn.Module):
     """
 
     vocab_size: int
-    embed_dim: int = 200
-    hidden: int = 64
-    mlp_hidden: int = 128
-    num_classes: int = 2
+    embed_dim: int = EMBED_DIM
+    hidden: int = HIDDEN
+    mlp_hidden: int = MLP_HIDDEN
+    num_classes: int = NUM_CLASSES
     num_domains: int = 2
-    dtype: str = "float32"
+    dtype: str = DTYPE
 
     def setup(self):
         self.embedding = Embedding(self.vocab_size, self.embed_dim, self.dtype)

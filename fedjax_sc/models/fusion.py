@@ -45,7 +45,18 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from fedjax_sc.models.text_classifier import MLP, PAD, BiGRU, Embedding, seq_mean
+from fedjax_sc.models.text_classifier import (
+    DTYPE,
+    EMBED_DIM,
+    HIDDEN,
+    MLP,
+    MLP_HIDDEN,
+    NUM_CLASSES,
+    PAD,
+    BiGRU,
+    Embedding,
+    seq_mean,
+)
 
 FUSIONS = ("conv", "multi", "single")
 """The fusion operators (see the module docstring)."""
@@ -125,13 +136,13 @@ class FusionClassifier(nn.Module):
     """
 
     vocab_size: int
-    embed_dim: int = 200
-    hidden: int = 64
-    mlp_hidden: int = 128
-    num_classes: int = 2
+    embed_dim: int = EMBED_DIM
+    hidden: int = HIDDEN
+    mlp_hidden: int = MLP_HIDDEN
+    num_classes: int = NUM_CLASSES
     fusion: str = "multi"
     fusion_init: str = "pytorch"
-    dtype: str = "float32"
+    dtype: str = DTYPE
 
     def setup(self):
         if self.fusion not in FUSIONS:

@@ -34,7 +34,12 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_sc.models.text_classifier import (
+    DTYPE,
+    EMBED_DIM,
+    HIDDEN,
     MLP,
+    MLP_HIDDEN,
+    NUM_CLASSES,
     PAD,
     BiGRU,
     Embedding,
@@ -86,15 +91,15 @@ class PrivateSharedClassifier(nn.Module):
     """
 
     vocab_size: int
-    embed_dim: int = 200
-    hidden: int = 64
-    mlp_hidden: int = 128
-    num_classes: int = 2
+    embed_dim: int = EMBED_DIM
+    hidden: int = HIDDEN
+    mlp_hidden: int = MLP_HIDDEN
+    num_classes: int = NUM_CLASSES
     private_from: str = "classifier"
     projection: bool = True
     gated: bool = False
     furl_dim: int = 0
-    dtype: str = "float32"
+    dtype: str = DTYPE
 
     def setup(self):
         if self.private_from not in PRIVATE_FROM:

@@ -29,6 +29,16 @@ from fedjax_sc.models.gru import gru_recurrence
 
 PAD = 0
 """Token id of ``<pad>``; must match :data:`fedjax_sc.data.vocab.PAD`."""
+EMBED_DIM = 200
+"""d, the word-embedding size (Li et al. 2021, Sec. 5.2: GloVe 200d)."""
+HIDDEN = 64
+"""s, the BiGRU's hidden size per direction (Li et al. 2021, Sec. 5.2)."""
+MLP_HIDDEN = 128
+"""The classifier's hidden width (the paper does not give it)."""
+NUM_CLASSES = 2
+"""C (FDU-MTL: 2; IYY: 5)."""
+DTYPE = "float32"
+"""The computation dtype (``"bfloat16"``: mixed precision)."""
 
 Params = Any
 """A params pytree (nested dict of arrays)."""
@@ -57,8 +67,8 @@ class BiGRU(nn.Module):
         float32 and cast to it (Flax's ``dtype`` / ``param_dtype`` convention).
     """
 
-    hidden: int = 64
-    dtype: str = "float32"
+    hidden: int = HIDDEN
+    dtype: str = DTYPE
 
     @nn.compact
     def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:
@@ -117,7 +127,7 @@ class Embedding(nn.Module):
 
     vocab_size: int
     embed_dim: int
-    dtype: str = "float32"
+    dtype: str = DTYPE
 
     @nn.compact
     def __call__(self, tokens: jax.Array) -> jax.Array:
@@ -154,9 +164,9 @@ class MLP(nn.Module):
       dtype: the computation dtype (float32 parameters); the logits are float32.
     """
 
-    hidden: int = 128
-    num_classes: int = 2
-    dtype: str = "float32"
+    hidden: int = MLP_HIDDEN
+    num_classes: int = NUM_CLASSES
+    dtype: str = DTYPE
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -216,12 +226,12 @@ class TextClassifier(nn.Module):
     """
 
     vocab_size: int
-    embed_dim: int = 200
-    hidden: int = 64
-    mlp_hidden: int = 128
-    num_classes: int = 2
+    embed_dim: int = EMBED_DIM
+    hidden: int = HIDDEN
+    mlp_hidden: int = MLP_HIDDEN
+    num_classes: int = NUM_CLASSES
     furl_dim: int = 0
-    dtype: str = "float32"
+    dtype: str = DTYPE
 
     def setup(self):
         self.embedding = Embedding(self.vocab_size, self.embed_dim, self.dtype)

@@ -28,10 +28,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from fedjax_sc.algorithms import dp_sgd
 from fedjax_sc.algorithms.context import is_spec, load, parse_option
 from fedjax_sc.algorithms.noise import PAPER_SIGMA
 from fedjax_sc.core import personalize
 from fedjax_sc.data import flwr_partition, scenes
+from fedjax_sc.models import text_classifier
 from fedjax_sc.run import ranges, registry, table_scene
 from fedjax_sc.run.plumbing import uploads
 from fedjax_sc.run.plumbing.flags import flag
@@ -40,23 +42,24 @@ from fedjax_sc.run.registry import ALGORITHMS
 SCENE_DEFAULTS: dict[str, dict[str, float | int]] = {
     # Sec. 5.1-5.2: L = 200, batch 8, LR 0.01, 2 local epochs, 50 rounds; the FL methods
     # upload with N(0, 0.01^2) noise (Sec. 5.2; see UPLOAD_NOISE).
-    "fdu": {"rounds": 50, "batch_size": 8, "lr": 0.01, "max_len": 200,
+    "fdu": {"rounds": 50, "batch_size": 8, "lr": 0.01, "max_len": scenes.MAX_LEN["fdu"],
             "upload_noise": PAPER_SIGMA},
     # Sec. 5.1-5.2: L = 400, batch 64, LR 0.1, 20 rounds, the same noise.
-    "iyy": {"rounds": 20, "batch_size": 64, "lr": 0.1, "max_len": 400,
+    "iyy": {"rounds": 20, "batch_size": 64, "lr": 0.1, "max_len": scenes.MAX_LEN["iyy"],
             "upload_noise": PAPER_SIGMA},
     # Built-in scene (fedjax_sc.data.scenes.synthetic_scene): small and fast. LR 0.1 because
     # its randomly initialised embeddings need larger steps than GloVe-initialised ones.
-    "synthetic": {"rounds": 10, "batch_size": 8, "lr": 0.1, "max_len": 48},
+    "synthetic": {"rounds": 10, "batch_size": 8, "lr": 0.1,
+                  "max_len": scenes.MAX_LEN["synthetic"]},
     # A corpus of one's own (fedjax_sc.data.table): FDU's, the paper's for short English reviews
     # of 1-2k per client (FDU as a table trains as --scene fdu); big clients: --batch-size 32.
     "table": {"rounds": 50, "batch_size": 8, "lr": 0.01, "max_len": 200},
 }
 
-NUM_CLASSES = {"fdu": 2, "iyy": 5, "synthetic": 2}
-"""C per scene (binary sentiment; IYY's 1-5 stars); the table scene's is its data's."""
+NUM_CLASSES = scenes.NUM_CLASSES
+"""C per scene (:data:`fedjax_sc.data.scenes.NUM_CLASSES`); the table scene's is its data's."""
 
-EMBED_DIM = {"random": 200, "glove-6b-50d": 50}
+EMBED_DIM = {"random": text_classifier.EMBED_DIM, "glove-6b-50d": 50}
 """Embedding size d per initialisation: 200 as the paper; 50 for the GloVe 6B 50d vectors."""
 
 SCENES = ("synthetic", "fdu", "iyy", "table")
@@ -136,8 +139,8 @@ class TrainConfig:
         al. 2021's run, Sec. 5.5; default True); False averages every leaf (Yao et al.).
       server_opt: FedOpt server optimizer on the pseudo-gradient (``sgd``, ``momentum``,
         ``adam``, ``yogi``, ``adagrad``; Reddi et al. 2021); None: the aggregate is the model.
-      server_lr / server_momentum / server_tau: its learning rate (None: 1.0 for sgd and
-        momentum, 0.01 for the adaptive ones), momentum (b1) and adaptivity eps.
+      server_lr / server_momentum / server_tau: its learning rate (None: the optimizer's
+        :data:`fedjax_sc.algorithms.fedopt.DEFAULT_LR`), momentum (b1) and adaptivity eps.
       ap: run the personalisation phase (Ap, Eq. 16) after the last round.
       ap_evals: n_Z, evaluations during fine-tuning (paper Fig. 4: 25).
       ap_steps: z, fine-tuning steps between evaluations (not given by the paper; 10).
@@ -225,7 +228,7 @@ class TrainConfig:
     label_names: tuple | None = None
     tokenizer: str | None = None
     min_partition_size: int = flwr_partition.MIN_PARTITION_SIZE
-    self_balancing: bool = False
+    self_balancing: bool = flwr_partition.SELF_BALANCING
     algorithm: str = "fedavg"
     algorithm_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     rounds: int | None = None
@@ -244,9 +247,9 @@ class TrainConfig:
     pca_band: tuple[int, int] | None = None
     pca_center: bool = registry.default("pca_center")
     upload_noise: float | None = None
-    upload_compression: str = "none"
+    upload_compression: str = uploads.NO_COMPRESSION
     dp_clip: float | None = None
-    dp_noise: float = 0.0
+    dp_noise: float = dp_sgd.NO_NOISE
     dp_delta: float = 1e-5
     prox_mu: float = registry.default("prox_mu")
     dyn_alpha: float = registry.default("dyn_alpha")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from fedjax_sc.algorithms.context import parse_option
+from fedjax_sc.algorithms.fedopt import DEFAULT_LR
 from fedjax_sc.data.partition import PARTITIONS
 from fedjax_sc.run.config import DTYPES, SCENES, TrainConfig
 from fedjax_sc.run.cross_device import PADDINGS
@@ -103,7 +104,8 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="principal components of the uncentred rows (default: off, centred "
                    "PCA)")
     if not grid:
-        u.add_argument("--upload-compression", default="none", metavar="SPEC",
+        u.add_argument("--upload-compression", default=default("upload_compression"),
+                       metavar="SPEC",
                        help="send the model change compressed: none (default), topk:FRACTION "
                        "(each leaf's entries of largest magnitude, as values and int32 "
                        "indices; topk:FRACTION+ef: with error feedback, each client "
@@ -111,8 +113,10 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                        "(probabilistic quantization, 1-8 bits) or sign[+ef] (signs and the "
                        "mean magnitude); not with --pca-band")
     u.add_argument("--upload-noise", type=float, help="sigma of Gaussian noise added to "
-                   "every uploaded leaf after compression (default 0.01 for the federated "
-                   "algorithms, the paper's Sec. 5.2; 0 for indiv, fs, asp; 0 turns it off)")
+                   "every uploaded leaf after compression (default: on the fdu and iyy "
+                   "scenes 0.01 for every algorithm that uploads, the paper's Sec. 5.2; on "
+                   "synthetic and table the builder's: 0, kteps_star 0.01; 0 for indiv, fs, "
+                   "asp; 0 turns it off)")
     u.add_argument("--dp-clip", type=float, help="DP-SGD on the shared leaves: per-example "
                    "clipping norm C (default: no DP-SGD)")
     u.add_argument("--dp-noise", type=float, default=default("dp_noise"),
@@ -171,7 +175,8 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="FedOpt: optax optimizer on the pseudo-gradient (default: none, "
                    "the aggregate is the model; sgd with --server-lr 1 is the same)")
     f.add_argument("--server-lr", type=float,
-                   help="server learning rate (default 1.0 sgd/momentum, 0.01 adaptive)")
+                   help="server learning rate (default: " + ", ".join(
+                       f"{k} {v:g}" for k, v in DEFAULT_LR.items()) + ")")
     f.add_argument("--server-momentum", type=float, default=default("server_momentum"),
                    help="server momentum / Adam-Yogi b1")
     f.add_argument("--server-tau", type=float, default=default("server_tau"),

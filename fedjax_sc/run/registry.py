@@ -34,9 +34,10 @@ fs             TextClassifier on the pooled data (centralised)                 F
 asp            ASPClassifier, centralised multi-task, adversarial              Liu 2017
 =============  ==============================================================  ==========
 
-Every model takes the optional FURL user vector (``furl_dim``, Bui et al. 2019). Every
-federated algorithm uploads with the paper's noise (sigma 0.01, Sec. 5.2; ``upload_noise``,
-see :func:`fedjax_sc.run.plumbing.uploads.upload_settings`) and can also upload through
+Every model takes the optional FURL user vector (``furl_dim``, Bui et al. 2019). On the
+paper's scenes (fdu, iyy) every federated algorithm uploads with the paper's noise (sigma
+0.01, Sec. 5.2; elsewhere the builder's: none but kteps_star's; ``upload_noise``, see
+:func:`fedjax_sc.run.plumbing.uploads.upload_settings`) and can also upload through
 KTEPS*'s compression (``pca_band``) or send its model change compressed
 (``upload_compression``),
 train its shared leaves with DP-SGD (``dp_clip``, ``dp_noise``) and update the server with a
@@ -68,7 +69,7 @@ from fedjax_sc.algorithms import (
 from fedjax_sc.algorithms.asp import asp
 from fedjax_sc.algorithms.base import Algorithm, chain
 from fedjax_sc.algorithms.context import BuildContext, ReadOptions, is_spec, load
-from fedjax_sc.algorithms.dp_sgd import dp_sgd
+from fedjax_sc.algorithms.dp_sgd import NO_NOISE, dp_sgd
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.fedfusion import fedfusion
 from fedjax_sc.algorithms.fedper import fedper
@@ -93,7 +94,7 @@ from fedjax_sc.run.plumbing.option_table import (  # noqa: F401 (re-exported)
     default,
     reads,
 )
-from fedjax_sc.run.plumbing.uploads import run_upload, upload_settings
+from fedjax_sc.run.plumbing.uploads import NO_COMPRESSION, run_upload, upload_settings
 
 SINGLE_BRANCH = {"fedavg": fedavg, "fedper": fedper, "lg_fedavg": lg_fedavg, "indiv": indiv,
                  "fs": fs}
@@ -134,8 +135,8 @@ def known(name: str) -> bool:
 
 def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: int,
                     num_clients: int | None = None, pca_band: tuple[int, int] | None = None,
-                    upload_noise: float | None = None, upload_compression: str = "none",
-                    dp_clip: float | None = None, dp_noise: float = 0.0,
+                    upload_noise: float | None = None, upload_compression: str = NO_COMPRESSION,
+                    dp_clip: float | None = None, dp_noise: float = NO_NOISE,
                     server_opt: str | None = None,
                     algorithm_options: Mapping[str, Any] | None = None,
                     **options: Any) -> Algorithm:
@@ -258,8 +259,8 @@ def _run_wrappers(algorithm: Algorithm, o: dict[str, Any], dp_clip: float | None
 
 def user_algorithm(spec: str, *, vocab_size: int, num_classes: int, embed_dim: int,
                    num_clients: int | None, pca_band: tuple[int, int] | None = None,
-                   upload_noise: float | None = None, upload_compression: str = "none",
-                   dp_clip: float | None = None, dp_noise: float = 0.0,
+                   upload_noise: float | None = None, upload_compression: str = NO_COMPRESSION,
+                   dp_clip: float | None = None, dp_noise: float = NO_NOISE,
                    server_opt: str | None = None,
                    algorithm_options: Mapping[str, Any] | None = None,
                    **options: Any) -> Algorithm:
@@ -292,7 +293,7 @@ def user_algorithm(spec: str, *, vocab_size: int, num_classes: int, embed_dim: i
                          f"never reads it (a builder reads context.options[NAME] while it "
                          f"builds)")
     pca_band, upload_noise = upload_settings(spec, embed_dim, pca_band, upload_noise)
-    if pca_band is not None or not is_zero(upload_noise) or upload_compression != "none":
+    if pca_band is not None or not is_zero(upload_noise) or upload_compression != NO_COMPRESSION:
         algorithm = algorithm._replace(upload=chain(algorithm.upload, run_upload(
             pca_band, upload_noise, o["pca_center"], upload_compression)))
     return _run_wrappers(algorithm, o, dp_clip, dp_noise, server_opt)

@@ -24,6 +24,7 @@ from fedjax_sc.run import registry, rundir
 from fedjax_sc.run.config import TrainConfig, config_from_json
 from fedjax_sc.run.loading import corpus_files, load_scene
 from fedjax_sc.run.plumbing import processes
+from fedjax_sc.run.plumbing.uploads import NO_COMPRESSION
 from fedjax_sc.run.ranges import local_work
 from fedjax_sc.run.registry import build_algorithm
 
@@ -95,8 +96,9 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
     if algorithm.central is not None and work.active:
         raise ValueError(f"{c.algorithm} is trained centrally: --local-steps, --client-dropout, "
                          f"--straggler-fraction and --aggregation do not apply")
-    if algorithm.central is not None and (c.dp_clip is not None or c.pca_band
-                                          or c.upload_noise or c.upload_compression != "none"):
+    if algorithm.central is not None and (
+            c.dp_clip is not None or c.pca_band or c.upload_noise
+            or c.upload_compression != NO_COMPRESSION):
         raise ValueError(f"{c.algorithm} is trained centrally: upload compression, upload "
                          f"noise and DP-SGD do not apply")
     matrix = None

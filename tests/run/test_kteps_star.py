@@ -104,6 +104,17 @@ def test_default_band_keeps_the_papers_proportions():
     assert default_band(200) == (2, 150) and default_band(50) == (2, 38)
 
 
+def test_the_builder_without_a_band_uploads_the_default_band(scene, model):
+    # kteps_star(model) compresses to default_band(d) = (2, 5) at d = 6, as the CLI does
+    state, _ = rnd.init_states(kteps_star(model), init_params(model, jax.random.key(0)),
+                               scene.num_clients)
+    data = client_data(scene.train, local_vocab=True)
+    count = lambda alg: communication.account(alg, state, data).upload_sent_floats
+    assert default_band(D) == (2, 5)
+    np.testing.assert_array_equal(count(kteps_star(model)), count(kteps_star(model, d1=2, d2=5)))
+    assert not np.array_equal(count(kteps_star(model)), count(kteps_star(model, d1=1, d2=5)))
+
+
 TINY = dict(scene="synthetic", synthetic_clients=2, synthetic_train=12, synthetic_test=6,
             max_len=8, embed_dim=6, hidden=3, mlp_hidden=4, batch_size=4, local_epochs=1,
             ap=False)

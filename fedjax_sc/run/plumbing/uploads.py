@@ -8,8 +8,9 @@ quantization, Konecny et al. 2016) or ``sign`` (each entry's sign and the leaf's
 magnitude, Karimireddy et al. 2019); ``topk:FRACTION+ef`` and ``sign+ef`` add error feedback
 (every client carries what was dropped into its next upload; Stich, Cordonnier and Jaggi
 2018), which quantization does not get (``error_feedback``'s docstring: its memory needs a
-contractive compressor, and the quantizer's noise can exceed the change it rounds). It compresses the change of every shared leaf, so it does
-not go with ``--pca-band``, which compresses the word table's values (KTEPS*): one or the other.
+contractive compressor, and the quantizer's noise can exceed the change it rounds). It
+compresses the change of every shared leaf, so it does not go with ``--pca-band``, which
+compresses the word table's values (KTEPS*): one or the other.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from fedjax_sc.algorithms.model_change import (
 )
 from fedjax_sc.algorithms.upload import UploadTransform, chain
 
-COMPRESSIONS = ("none", "topk:FRACTION[+ef]", "bits:BITS", "sign[+ef]")
+NO_COMPRESSION = "none"
+"""``--upload-compression``'s default: the model change goes up as it is."""
+COMPRESSIONS = (NO_COMPRESSION, "topk:FRACTION[+ef]", "bits:BITS", "sign[+ef]")
 """The spellings of ``--upload-compression``."""
 
 
@@ -60,7 +63,7 @@ def compression(spec: str) -> UploadTransform | None:
     """
     name, plus, suffix = str(spec).partition("+")
     kind, _, value = name.partition(":")
-    if kind == "none" and not value and not plus:
+    if kind == NO_COMPRESSION and not value and not plus:
         return None
     try:
         if (plus and suffix != "ef") or (kind == "sign") != (not value):  # sign: no value
@@ -99,7 +102,7 @@ def check(c: Any) -> None:
 
 
 def run_upload(pca_band: tuple[int, int] | None, sigma: Any, center: bool,
-               spec: str = "none") -> UploadTransform:
+               spec: str = NO_COMPRESSION) -> UploadTransform:
     """``chain(compression(spec), pca_compress(*pca_band), gaussian_noise(sigma))`` without
     the parts that are off; the identity when all are.
 
