@@ -21,18 +21,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from fedjax_sc.models.text_classifier import (
-    DTYPE,
-    EMBED_DIM,
-    HIDDEN,
-    MLP,
-    MLP_HIDDEN,
-    NUM_CLASSES,
-    PAD,
-    BiGRU,
-    Embedding,
-    seq_mean,
-)
+from fedjax_sc.models import text_classifier as tc
+from fedjax_sc.models.text_classifier import MLP, PAD, BiGRU, Embedding, seq_mean
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -82,12 +72,12 @@ class ASPClassifier(nn.Module):
     """
 
     vocab_size: int
-    embed_dim: int = EMBED_DIM
-    hidden: int = HIDDEN
-    mlp_hidden: int = MLP_HIDDEN
-    num_classes: int = NUM_CLASSES
+    embed_dim: int = tc.EMBED_DIM
+    hidden: int = tc.HIDDEN
+    mlp_hidden: int = tc.MLP_HIDDEN
+    num_classes: int = tc.NUM_CLASSES
     num_domains: int = 2
-    dtype: str = DTYPE
+    dtype: str = tc.DTYPE
 
     def setup(self):
         self.embedding = Embedding(self.vocab_size, self.embed_dim, self.dtype)

@@ -45,18 +45,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from fedjax_sc.models.text_classifier import (
-    DTYPE,
-    EMBED_DIM,
-    HIDDEN,
-    MLP,
-    MLP_HIDDEN,
-    NUM_CLASSES,
-    PAD,
-    BiGRU,
-    Embedding,
-    seq_mean,
-)
+from fedjax_sc.models import text_classifier as tc
+from fedjax_sc.models.text_classifier import MLP, PAD, BiGRU, Embedding, seq_mean
 
 FUSIONS = ("conv", "multi", "single")
 """The fusion operators (see the module docstring)."""
@@ -136,13 +126,13 @@ class FusionClassifier(nn.Module):
     """
 
     vocab_size: int
-    embed_dim: int = EMBED_DIM
-    hidden: int = HIDDEN
-    mlp_hidden: int = MLP_HIDDEN
-    num_classes: int = NUM_CLASSES
+    embed_dim: int = tc.EMBED_DIM
+    hidden: int = tc.HIDDEN
+    mlp_hidden: int = tc.MLP_HIDDEN
+    num_classes: int = tc.NUM_CLASSES
     fusion: str = "multi"
     fusion_init: str = "pytorch"
-    dtype: str = DTYPE
+    dtype: str = tc.DTYPE
 
     def setup(self):
         if self.fusion not in FUSIONS:

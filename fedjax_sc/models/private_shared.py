@@ -33,13 +33,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from fedjax_sc.models import text_classifier as tc
 from fedjax_sc.models.text_classifier import (
-    DTYPE,
-    EMBED_DIM,
-    HIDDEN,
     MLP,
-    MLP_HIDDEN,
-    NUM_CLASSES,
     PAD,
     BiGRU,
     Embedding,
@@ -91,15 +87,15 @@ class PrivateSharedClassifier(nn.Module):
     """
 
     vocab_size: int
-    embed_dim: int = EMBED_DIM
-    hidden: int = HIDDEN
-    mlp_hidden: int = MLP_HIDDEN
-    num_classes: int = NUM_CLASSES
+    embed_dim: int = tc.EMBED_DIM
+    hidden: int = tc.HIDDEN
+    mlp_hidden: int = tc.MLP_HIDDEN
+    num_classes: int = tc.NUM_CLASSES
     private_from: str = "classifier"
     projection: bool = True
     gated: bool = False
     furl_dim: int = 0
-    dtype: str = DTYPE
+    dtype: str = tc.DTYPE
 
     def setup(self):
         if self.private_from not in PRIVATE_FROM:
