@@ -18,7 +18,12 @@ loss (alpha unclipped there) and scores the mixture.
 As in the authors' code: v starts as a copy of w, alpha at 0.5, clipped to [0, 1] after each
 step, eta_a the client learning rate. Where ours differs: the paper's parameter mixture (their
 code mixes the two models' outputs); alpha takes a plain SGD step at every local step (theirs:
-once a round, with 0.02 alpha added to its gradient). ``alpha_learning_rate=0`` fixes alpha.
+once a round, with 0.02 alpha added to its gradient); alpha is learned by default, as the
+paper's method (their ``--fed_adaptive_alpha`` defaults to off, and their README's APFL
+command keeps alpha at 0.5: ``alpha_learning_rate=0`` is that run); w, v and alpha step from
+the same point, as Algorithm 1 (their code steps w first and mixes the new w into v_bar); the
+paper's shared optimizer settings (momentum 0.9, constant LR, no weight decay; theirs: no
+momentum, weight decay 1e-4, the LR divided by 1.01 an epoch).
 """
 
 from __future__ import annotations

@@ -11,10 +11,13 @@ random initialisation on every client and in the global model::
     theta_ext^{t+1} = sum_i (N^i / N) theta_ext_i,     theta_cls^{t+1} = theta_cls^0
 
 Personalisation then fine-tunes the whole model, head and body, on each client's data (the
-authors: 5 epochs at the same step size for both, 0.01 times the training LR, momentum 0.9):
-the Ap phase here does exactly that, with ``client_sgd`` at mu * LR (mu = 0.01) on every leaf
-and the plain cross-entropy, so Ap is FedBABU's personalised accuracy and Ag the global model
-with the initial head (the paper's "initial accuracy").
+authors: 5 epochs at batch 50, one step size for both, 0.01 times the training LR, momentum
+0.9, from the round with the best test accuracy, scored after the last epoch). The Ap phase
+here fine-tunes every leaf too, with the plain cross-entropy and ``client_sgd`` at mu * LR
+(mu = 0.01), but as every method's: from the last round, n_Z * z = 250 steps at batch 8 (about
+1.3 epochs of a 1,600-review client; ``--ap-steps 40`` gives about 5), Ap the mean over the
+curve (Eq. 16). Ag is the global model with the initial head (the paper's "initial
+accuracy").
 
 The head is the model's last layer (``classifier/output``; the authors' ``linear``, their
 models' last layer); the body is everything else. As in the authors' code the head is
@@ -24,7 +27,8 @@ new global head is the initial one exactly, also under FedOpt or an upload trans
 Where ours differs: the initial head is the model's own (Flax's LeCun-normal kernel, zero
 bias; theirs PyTorch's uniform ``nn.Linear`` initialisation, not made orthogonal); the
 authors' weight decay is 0, as here; their server mean is unweighted, here N^i / N (the
-engine's aggregator, as every method here).
+engine's aggregator, as every method here); the paper's constant LR (theirs is multiplied by
+0.1 at half and at three quarters of the rounds).
 """
 
 from __future__ import annotations

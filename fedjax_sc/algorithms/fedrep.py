@@ -23,7 +23,8 @@ reviews at batch 8), so the paper's E = 2 is one head epoch then one representat
 client with fewer real steps than ``head_steps`` trains only its head that round. After the
 last round the authors refit each head for at least 10 epochs on the frozen final
 representation; the Ap phase here fine-tunes the whole model with its own optimizer (the
-client optimizer's schedule is not used there). No weight decay (theirs: 1e-4).
+client optimizer's schedule is not used there). The paper's shared client optimizer: momentum
+0.9 and no weight decay (theirs: momentum 0.5, weight decay 1e-4).
 """
 
 from __future__ import annotations

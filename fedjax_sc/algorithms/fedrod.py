@@ -21,7 +21,10 @@ N_c count the client's whole training split (``label_prior="client"``, the defau
 (700-822 reviews of a class in 1,500-1,600), so there BSM is near the cross-entropy.
 ``label_prior="batch"`` counts the step's mini-batch: an absent class gets no mass, and at
 batch 8 the counts move the logits by up to log 7 from step to step. Where ours differs: one
-optimizer (the client SGD) steps both losses at once; PFLlib steps them one after the other.
+optimizer (the client SGD, momentum 0.9) steps both losses at once; PFLlib steps them one
+after the other, the personal head without momentum; the personal head starts from its own
+random initialisation (PFLlib's is a copy of the generic head, so g + p starts at 2 g; our
+generic head is an MLP, not one layer).
 """
 
 from __future__ import annotations

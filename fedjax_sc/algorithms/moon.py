@@ -17,7 +17,10 @@ Where ours differs: z is the model's pooled features (``TextClassifier.features`
 classifier reads), not an extra projection head's output (their image models add one; the
 classifier's hidden layer takes its place, so the model stays Embedding-BiGRU-MLP). The client
 state (the previous model, and whether there is one) is ``Hooks`` state: checkpointed, kept by
-a client that sits a round out. mu = 0 is FedAvg exactly.
+a client that sits a round out. mu = 0 is FedAvg exactly. The authors' weight decay (1e-5) is
+not applied (the paper's shared settings have none); with partial participation a client
+sampled for the first time has no previous model here (the term is 0), where theirs uses its
+copy of the initial model.
 """
 
 from __future__ import annotations

@@ -13,12 +13,17 @@ gradient; the server moves w by beta towards the clients' mean (beta = 1: FedAvg
 theta is the private copy of :class:`~fedjax_sc.models.personal_copy.PersonalCopy` (never sent,
 kept across rounds); the ``client_gradient`` returns lambda (w - theta) for w and theta_old -
 theta_new for theta, which the optimizer's theta part turns into theta_new. Ag is w; Ap scores
-theta (the authors' personalised model), then fine-tunes it on f alone. Defaults: the authors'
-lambda 15, K 5, p 0.09, beta 1. Where ours differs: theta warm-starts from the previous step's
-value across rounds too (their clients reset it to the downloaded w at a round's start); no
-0.001 theta (L2) term in the inner step; w steps by the client optimizer (momentum included);
-with local vocabularies the coupling acts on the client's rows only (the dense table pulls
-every row of w towards theta's): exact in the first round only.
+theta (the paper's personalised model), then fine-tunes it on f alone. (The authors' code scores
+another model as personalised: its ``persionalized_model_bar`` is the model's own parameters,
+which ``update_parameters(self.local_model)`` overwrites with the local w at the round's end, so
+their personalised accuracy is that of w_i after the round.) Defaults: the authors' lambda 15, K
+5, p 0.09, beta 1. Where ours differs: theta warm-starts from the previous step's value across
+rounds too (their clients reset it to the downloaded w at a round's start); no 0.001 theta (L2)
+term in the inner step; w steps by the client optimizer (momentum included); with local
+vocabularies the coupling acts on the client's rows only (the dense table pulls every row of w
+towards theta's): exact in the first round only; the local work is the paper's shared E = 2
+epochs, every batch one w step (about 400 a round on FDU-MTL), where the authors take R = 20
+batches a round (``--local-steps 20`` is that budget).
 """
 
 from __future__ import annotations
