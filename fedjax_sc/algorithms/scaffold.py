@@ -18,8 +18,12 @@ gradient (``optimizers.momentum_steps``; rho = 0 is the paper's), the embedding 
 their own eta; with local vocabularies a client corrects only its own words' rows (the dense
 model moves every row by c - c_i; c_i's other rows stay 0 either way). Ap fine-tunes with the
 corrected gradient. c_i+ - c_i goes up as it is: upload noise and compression act on the model
-alone, and the message carries (x - y_i) / (K eta) in the clear. A FedOpt server
-(``--server-opt``) takes its own step before eta_g's: leave eta_g at 1 with one.
+alone, and the message carries (x - y_i) / (K eta) in the clear, so a server that knows c, K
+and eta recovers each client's exact update from it (the upload noise hides nothing), and c
+integrates exact changes; FedDyn's H, built from the noisy uploads, collapses under the
+paper's noise (results/fdu/beyond.md), so SCAFFOLD's figures under noise are those of a
+server that receives clean control variates. A FedOpt server (``--server-opt``) takes its own
+step before eta_g's: leave eta_g at 1 with one.
 """
 
 from __future__ import annotations
