@@ -58,8 +58,10 @@ def kteps_star(model: PrivateSharedClassifier, *, d1: int | None = None, d2: int
     Raises:
       ValueError: an invalid band or sigma.
     """
-    band = default_band(model.embed_dim)
-    band = (band[0] if d1 is None else d1, band[1] if d2 is None else d2)
+    band = (d1, d2)
+    if d1 is None or d2 is None:  # the paper's band scaled to d, where one is not given
+        default = default_band(model.embed_dim)
+        band = (default[0] if d1 is None else d1, default[1] if d2 is None else d2)
     return kteps(model, **kteps_kwargs)._replace(
         name="kteps_star", upload=private_upload(band, sigma, center))
 

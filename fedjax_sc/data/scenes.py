@@ -380,8 +380,7 @@ def synthetic_scene(num_clients: int = SYNTHETIC_CLIENTS,
                                 label_noise=label_noise, dev_per_client=dev_per_client,
                                 **kwargs)
     return build_scene("synthetic", corpora, num_classes=NUM_CLASSES["synthetic"],
-                       max_len=max_len,
-                       vocab_size=vocab_size)
+                       max_len=max_len, vocab_size=vocab_size)
 
 
 def synthetic_corpora(num_clients: int = SYNTHETIC_CLIENTS,
