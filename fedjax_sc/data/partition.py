@@ -324,7 +324,8 @@ def zipf_sizes(num_clients: int, exponent: float = 1.5, seed: int = 0,
                largest: int = 1000) -> np.ndarray:
     """Cross-device client sizes: ``numpy``'s Zipf draws ``P(n) ~ n^-exponent`` (most clients
     hold one or two examples, a few hundreds), clipped to ``largest``; the shape of LEAF's
-    Sent140 or StackOverflow users (``synthetic_corpora(train_sizes=...)``).
+    Sent140 or StackOverflow users
+    (:func:`fedjax_sc.data.synthetic.synthetic_corpora`'s ``train_sizes``).
 
     Returns:
       int64 ``[num_clients]``, each in ``[1, largest]``.

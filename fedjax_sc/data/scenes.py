@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from fedjax_sc.data import corpus as corpus_lib
+from fedjax_sc.data import synthetic
 from fedjax_sc.data.corpus import FDU_DOMAINS, Corpus
 from fedjax_sc.data.vocab import (
     PAD,
@@ -23,11 +24,9 @@ from fedjax_sc.data.vocab import (
 
 NUM_CLASSES = {"fdu": 2, "iyy": 5, "synthetic": 2}
 """C per built-in scene (binary sentiment; IYY's 1-5 stars; Li et al. 2021, Table 1)."""
-MAX_LEN = {"fdu": 200, "iyy": 400, "synthetic": 48}
+MAX_LEN = {"fdu": 200, "iyy": 400, "synthetic": synthetic.MAX_LEN}
 """L, the reviews' length in tokens, per built-in scene (Li et al. 2021, Sec. 5.2: 200 on
 FDU, 400 on IYY; short texts on the synthetic scene, so that it trains in seconds)."""
-SYNTHETIC_CLIENTS, SYNTHETIC_TRAIN, SYNTHETIC_TEST = 4, 160, 200
-"""The synthetic scene's clients and reviews per client (train, test)."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -334,124 +333,22 @@ def iyy_scene(data_dir: str | Path, max_len: int = MAX_LEN["iyy"],
                        vocab_size=vocab_size)
 
 
-def _synthetic_split(rng: np.random.Generator, k: int, n: int, max_len: int, mean_len: float,
-                     domain_vocab: int, num_shared_neutral: int, num_shared_sentiment: int,
-                     num_domain_sentiment: int, sentiment_rate: float, agree_prob: float,
-                     label_noise: float) -> Corpus:
-    """``n`` generated documents of domain ``k`` (see ``synthetic_scene``)."""
-    texts, labels = [], []
-    zipf = 1.0 / np.arange(1, num_shared_neutral + 1)
-    zipf /= zipf.sum()
-    for _ in range(n):
-        y = int(rng.integers(2))
-        length = int(np.clip(round(rng.lognormal(np.log(mean_len), 0.6)), 3, 3 * max_len))
-        is_domain = rng.random(length) < 0.4
-        shared = rng.choice(num_shared_neutral, size=length, p=zipf)
-        local = rng.integers(domain_vocab, size=length)
-        words = [f"d{k}_w{j}" if d else f"the_{i}" for d, i, j in zip(is_domain, shared, local)]
-        num_sent = min(length, 1 + int(rng.poisson(sentiment_rate * length)))
-        for pos in rng.choice(length, size=num_sent, replace=False):
-            polarity = ("neg", "pos")[y if rng.random() < agree_prob else 1 - y]
-            if rng.random() < 0.3:
-                words[pos] = f"d{k}_{polarity}_{rng.integers(num_domain_sentiment)}"
-            else:
-                words[pos] = f"{polarity}_{rng.integers(num_shared_sentiment)}"
-        texts.append(" ".join(words))
-        labels.append(1 - y if rng.random() < label_noise else y)
-    return Corpus(texts=tuple(texts), labels=np.asarray(labels, np.int32).reshape(n),
-                  source=f"synthetic:d{k}", num_empty=0, num_latin1_lines=0)
-
-
-def synthetic_scene(num_clients: int = SYNTHETIC_CLIENTS,
-                    train_per_client: int = SYNTHETIC_TRAIN,
-                    test_per_client: int = SYNTHETIC_TEST,
+def synthetic_scene(num_clients: int = synthetic.NUM_CLIENTS,
+                    train_per_client: int = synthetic.TRAIN_PER_CLIENT,
+                    test_per_client: int = synthetic.TEST_PER_CLIENT,
                     max_len: int = MAX_LEN["synthetic"], seed: int = 0,
                     label_noise: float = 0.1, dev_per_client: int = 0,
                     vocab_size: int = VOCAB_SIZE, **kwargs) -> Scene:
     """A deterministic multi-domain binary sentiment scene generated as text: the corpora of
-    :func:`synthetic_corpora` (same arguments; ``kwargs`` its generator settings) through
-    ``build_scene`` with ``vocab_size`` words.
+    :func:`fedjax_sc.data.synthetic.synthetic_corpora` (same arguments; ``kwargs`` its
+    generator settings) through ``build_scene`` with ``vocab_size`` words.
 
     Returns:
       A ``Scene`` named ``"synthetic"`` with ``num_classes = 2``.
     """
-    corpora = synthetic_corpora(num_clients=num_clients, train_per_client=train_per_client,
-                                test_per_client=test_per_client, max_len=max_len, seed=seed,
-                                label_noise=label_noise, dev_per_client=dev_per_client,
-                                **kwargs)
+    corpora = synthetic.synthetic_corpora(
+        num_clients=num_clients, train_per_client=train_per_client,
+        test_per_client=test_per_client, max_len=max_len, seed=seed, label_noise=label_noise,
+        dev_per_client=dev_per_client, **kwargs)
     return build_scene("synthetic", corpora, num_classes=NUM_CLASSES["synthetic"],
                        max_len=max_len, vocab_size=vocab_size)
-
-
-def synthetic_corpora(num_clients: int = SYNTHETIC_CLIENTS,
-                      train_per_client: int = SYNTHETIC_TRAIN,
-                      test_per_client: int = SYNTHETIC_TEST,
-                      max_len: int = MAX_LEN["synthetic"], seed: int = 0,
-                      label_noise: float = 0.1, dev_per_client: int = 0,
-                      num_shared_neutral: int = 300, num_shared_sentiment: int = 120,
-                      num_domain_sentiment: int = 12, domain_vocab_size: int = 120,
-                      sentiment_rate: float = 0.15, agree_prob: float = 0.85,
-                      train_sizes: Sequence[int] | None = None
-                      ) -> dict[str, dict[str, Corpus]]:
-    """The texts of a deterministic multi-domain binary sentiment scene, one client per domain.
-
-    The texts go through ``build_scene`` (federated counting, vocabulary, encoding), so the
-    real pipeline is exercised. Generative process, from ``np.random.default_rng(seed)``:
-
-    * Domain ``k`` (client ``"d{k}"``) has its own neutral words ``d{k}_w{j}``; their number is
-      ``domain_vocab_size`` times a factor in ``[0.5, 1.5]`` (differs across clients); its own
-      sentiment words ``d{k}_pos_{j}`` / ``d{k}_neg_{j}``, ``num_domain_sentiment`` each.
-    * Shared by all domains: ``num_shared_neutral`` neutral words ``the_{i}`` drawn Zipf-like,
-      and ``num_shared_sentiment`` positive ``pos_{i}`` and negative ``neg_{i}`` words (uniform).
-    * A document: true label ``y`` uniform in {0, 1}; length ~ round(LogNormal(log m_k, 0.6))
-      clipped to ``[3, 3 * max_len]`` with ``m_k = max_len * u_k``, ``u_k`` in
-      ``[0.35, 0.7]``, so some documents are clipped; each token is a domain neutral word with
-      probability 0.4, else a shared neutral word; then ``1 + Poisson(sentiment_rate * length)``
-      random positions get a sentiment word, of polarity ``y`` with probability
-      ``agree_prob`` (else the opposite), domain-specific with probability 0.3, else shared.
-      The observed label is ``y`` flipped with probability ``label_noise`` (all splits).
-    * Client ``k`` has ``round(train_per_client * f_k)`` train documents,
-      ``f_k = linspace(1.0, 0.6, K)[k]`` (unequal sizes exercise padding/masking),
-      ``test_per_client`` test and ``dev_per_client`` dev documents (no dev split when 0).
-      ``train_sizes`` (int ``[num_clients]``, each >= 1, e.g.
-      :func:`fedjax_sc.data.partition.zipf_sizes`) gives the
-      train sizes instead (``train_per_client`` is then unused); None keeps the draws above
-      as they were.
-
-    Each client sees only a few occurrences of each of the ``2 * num_shared_sentiment`` shared
-    sentiment words, so a model trained on all clients' data beats each client alone.
-
-    Returns:
-      ``{"d{k}": {"train": Corpus, "test": Corpus[, "dev": Corpus]}}``, labels in {0, 1}.
-
-    Raises:
-      ValueError: ``num_clients < 1``, a per-client size < 1 (dev < 0), ``train_sizes``
-        not ``num_clients`` sizes >= 1, or ``label_noise`` outside ``[0, 0.5]``.
-    """
-    if num_clients < 1 or train_per_client < 1 or test_per_client < 1 or dev_per_client < 0:
-        raise ValueError("need num_clients, train_per_client, test_per_client >= 1 and "
-                         "dev_per_client >= 0")
-    if not 0.0 <= label_noise <= 0.5:
-        raise ValueError(f"label_noise must be in [0, 0.5], got {label_noise}")
-    if train_sizes is not None and (len(train_sizes) != num_clients
-                                    or min(train_sizes) < 1):
-        raise ValueError(f"train_sizes must be {num_clients} sizes >= 1, got "
-                         f"{len(train_sizes)} with minimum {min(train_sizes, default=None)}")
-    rng = np.random.default_rng(seed)
-    vocab_factor = rng.uniform(0.5, 1.5, size=num_clients)
-    len_factor = rng.uniform(0.35, 0.7, size=num_clients)
-    size_factor = np.linspace(1.0, 0.6, num_clients)
-    corpora: dict[str, dict[str, Corpus]] = {}
-    for k in range(num_clients):
-        sizes = {"train": (max(1, round(train_per_client * size_factor[k]))
-                           if train_sizes is None else int(train_sizes[k])),
-                 "test": test_per_client}
-        if dev_per_client:
-            sizes["dev"] = dev_per_client
-        corpora[f"d{k}"] = {s: _synthetic_split(
-            rng, k, n, max_len, max_len * len_factor[k],
-            max(1, round(domain_vocab_size * vocab_factor[k])), num_shared_neutral,
-            num_shared_sentiment, num_domain_sentiment, sentiment_rate, agree_prob, label_noise)
-            for s, n in sizes.items()}
-    return corpora
-

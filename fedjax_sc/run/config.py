@@ -22,7 +22,6 @@ Presets: options a user leaves out take the scene's paper settings (Li et al. 20
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import math
 from pathlib import Path
@@ -32,7 +31,7 @@ from fedjax_sc.algorithms import dp_sgd
 from fedjax_sc.algorithms.context import is_spec, load, parse_option
 from fedjax_sc.algorithms.noise import PAPER_SIGMA
 from fedjax_sc.core import personalize
-from fedjax_sc.data import flwr_partition, scenes
+from fedjax_sc.data import flwr_partition, scenes, synthetic
 from fedjax_sc.models import text_classifier
 from fedjax_sc.run import ranges, registry, table_scene
 from fedjax_sc.run.plumbing import uploads
@@ -49,8 +48,7 @@ SCENE_DEFAULTS: dict[str, dict[str, float | int]] = {
             "upload_noise": PAPER_SIGMA},
     # Built-in scene (fedjax_sc.data.scenes.synthetic_scene): small and fast. LR 0.1 because
     # its randomly initialised embeddings need larger steps than GloVe-initialised ones.
-    "synthetic": {"rounds": 10, "batch_size": 8, "lr": 0.1,
-                  "max_len": scenes.MAX_LEN["synthetic"]},
+    "synthetic": {"rounds": 10, "batch_size": 8, "lr": 0.1, "max_len": synthetic.MAX_LEN},
     # A corpus of one's own (fedjax_sc.data.table): FDU's, the paper's for short English reviews
     # of 1-2k per client (FDU as a table trains as --scene fdu); big clients: --batch-size 32.
     "table": {"rounds": 50, "batch_size": 8, "lr": 0.01, "max_len": 200},
@@ -65,11 +63,6 @@ EMBED_DIM = {"random": text_classifier.EMBED_DIM, "glove-6b-50d": 50}
 SCENES = ("synthetic", "fdu", "iyy", "table")
 DTYPES = ("float32", "bfloat16")
 EMBEDDINGS = tuple(EMBED_DIM)
-
-
-def _synthetic(param: str) -> int:
-    """A default size of the synthetic scene, read from its generator's signature."""
-    return inspect.signature(scenes.synthetic_corpora).parameters[param].default
 
 
 @dataclasses.dataclass
@@ -313,9 +306,9 @@ class TrainConfig:
     dev_holdout: bool = False
     allow_empty_clients: bool = False
     local_vocab: bool = True
-    synthetic_clients: int = _synthetic("num_clients")
-    synthetic_train: int = _synthetic("train_per_client")
-    synthetic_test: int = _synthetic("test_per_client")
+    synthetic_clients: int = synthetic.NUM_CLIENTS
+    synthetic_train: int = synthetic.TRAIN_PER_CLIENT
+    synthetic_test: int = synthetic.TEST_PER_CLIENT
     synthetic_zipf: float | None = None
     tensorboard: bool = False
     wandb: bool = False

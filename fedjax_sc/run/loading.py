@@ -35,7 +35,7 @@ import jax
 import numpy as np
 
 from fedjax_sc.core import communication, sharding
-from fedjax_sc.data import partition, scenes
+from fedjax_sc.data import partition, scenes, synthetic
 from fedjax_sc.data.client_data import ClientData, host_client_data
 from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu, read_iyy
 from fedjax_sc.data.vocab import PAD, Vocabulary, count_tokens, merge_counts
@@ -68,11 +68,11 @@ def load_scene(c: TrainConfig) -> scenes.Scene:
         sizes = None if c.synthetic_zipf is None else partition.zipf_sizes(
             c.synthetic_clients, c.synthetic_zipf, seed=c.partition_seed,
             largest=c.synthetic_train).tolist()
-        corpora = scenes.synthetic_corpora(num_clients=c.synthetic_clients,
-                                           train_per_client=c.synthetic_train,
-                                           test_per_client=c.synthetic_test,
-                                           max_len=c.max_len, seed=c.partition_seed,
-                                           train_sizes=sizes)
+        corpora = synthetic.synthetic_corpora(num_clients=c.synthetic_clients,
+                                              train_per_client=c.synthetic_train,
+                                              test_per_client=c.synthetic_test,
+                                              max_len=c.max_len, seed=c.partition_seed,
+                                              train_sizes=sizes)
     num_classes = NUM_CLASSES[c.scene]
     name = c.scene
     if c.partition != "natural":

@@ -109,7 +109,8 @@ def test_padding_to_the_sampled_clients_gives_the_global_padding_params(algorith
     parameters over K eta, moves by up to 2e-9 absolute)."""
     from fedjax_sc.core import round as rnd
     from fedjax_sc.core.feed import CompiledRounds
-    from fedjax_sc.data.scenes import build_scene, synthetic_corpora
+    from fedjax_sc.data.scenes import build_scene
+    from fedjax_sc.data.synthetic import synthetic_corpora
     from fedjax_sc.models.text_classifier import init_params
     from fedjax_sc.run.registry import build_algorithm
 
