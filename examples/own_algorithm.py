@@ -15,7 +15,9 @@ the K eta of option II becomes eta sum_{t=1..K} (1 - rho^t) / (1 - rho), the dis
 steps of a constant gradient cover; rho = 0 is the paper's formula. With the run's local
 vocabularies, a client corrects only the word-embedding rows of its own words (the paper's
 dense model would move every row by c - c_i); train the dense table (--dense-embedding)
-for the exact algorithm. docs/own-algorithm.md walks through this file.
+for the exact algorithm. y_i - x is the update as the client sent it
+(``fsc.sent_update``: upload noise and compression included), so the change of c_i that goes
+up reveals nothing the upload does not. docs/own-algorithm.md walks through this file.
 """
 
 import jax
@@ -42,10 +44,10 @@ def with_control_variates(algorithm, learning_rate, momentum, num_clients):
                    zip(jax.tree.leaves(correction), jax.tree.leaves(params)))
         return value + term, aux
 
-    def client_end(end):
+    def client_end(end):  # y_i - x as the client sent it (upload noise included)
         scale = 1.0 / (learning_rate * jnp.maximum(momentum_steps(end.steps, momentum), 1.0))
-        new = jax.tree.map(lambda ci, c, x, y: ci - c + (x - y) * scale, end.start.state,
-                           end.start.server, end.start.params, end.params)
+        new = jax.tree.map(lambda ci, c, u: ci - c - u * scale, end.start.state,
+                           end.start.server, fsc.sent_update(end, end.start.state))
         return new, jax.tree.map(jnp.subtract, new, end.start.state)  # (c_i+, delta c_i)
 
     def server_update(s):

@@ -24,6 +24,7 @@ from fedjax_sc.algorithms.base import (
     ClientStart,
     Hooks,
     ServerInputs,
+    sent_update,
 )
 from fedjax_sc.algorithms.context import BuildContext
 from fedjax_sc.algorithms.fedavg import fedavg
@@ -49,6 +50,7 @@ from fedjax_sc.models.text_classifier import TextClassifier, init_params
 __all__ = [
     # writing an algorithm: the interface
     "Algorithm", "Hooks", "ClientStart", "ClientEnd", "ServerInputs", "BuildContext",
+    "sent_update",
     "UploadTransform", "chain",
     # every method and plug-in in fsc.methods; the paper's three here too
     "methods", "fedavg", "kteps", "kteps_star",

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import optax
+from flax import traverse_util
 
 from fedjax_sc.algorithms.upload import (  # noqa: F401 (re-exported: the upload interface)
     Diagnostics,
@@ -141,11 +142,33 @@ class ClientEnd(NamedTuple):
       params: the trained params (shared and private leaves; tables as rows with local
         vocabularies, like ``start.params``).
       steps: int32 scalar, the number of real local steps the client ran (SCAFFOLD's K).
+      sent: the client's update as it sent it: its upload as the server decodes it, minus
+        the model it downloaded (the shared leaves, local copies left out; tables as its
+        rows), upload noise and compression included, ``()`` where the caller has no upload
+        (the communication probe): see :func:`sent_update`.
     """
 
     start: ClientStart
     params: Params
     steps: jax.Array
+    sent: Any = ()
+
+
+def sent_update(end: ClientEnd, like: Params) -> Params:
+    """The leaves of ``like``'s paths of the update ``end``'s client sent
+    (:attr:`ClientEnd.sent`), or of its exact update (trained minus start params) where the
+    caller gave none.
+
+    A client state built from the update it sent (noise included) stays the quantity the
+    server can rebuild from the uploads: FedDyn's H and SCAFFOLD's c remain the mean of the
+    clients' states, and a client's next round corrects the noise of its last one.
+    """
+    paths = traverse_util.flatten_dict(like)
+    if jax.tree.leaves(end.sent):
+        sent = traverse_util.flatten_dict(end.sent)
+        return traverse_util.unflatten_dict({p: sent[p] for p in paths})
+    new, old = (traverse_util.flatten_dict(t) for t in (end.params, end.start.params))
+    return traverse_util.unflatten_dict({p: new[p] - old[p] for p in paths})
 
 
 class ServerInputs(NamedTuple):
@@ -198,9 +221,10 @@ class Hooks(NamedTuple):
       ``ClientStart.state``.
     * ``server_init(params) -> state``: the server's round-0 state; every client loss sees it
       as ``ClientStart.server``.
-    * ``client_end(ClientEnd) -> (state, message)``: after local training, the client's new
-      state and what it sends the server besides its upload (``()`` for nothing). A client
-      that ran no step keeps its state and its message is weighed 0.
+    * ``client_end(ClientEnd) -> (state, message)``: after local training and the upload
+      (``ClientEnd.sent``: the update as the server decodes it), the client's new state and
+      what it sends the server besides its upload (``()`` for nothing). A client that ran no
+      step keeps its state and its message is weighed 0.
     * ``server_update(ServerInputs) -> (params, state)``: after aggregation, the new global
       params and server state.
 

@@ -188,7 +188,8 @@ def hooks_traffic(algorithm: Algorithm, state: ServerState, shared: Any, tables:
     params = rows(masking.merge(shared, private))
     start = ClientStart(params, (), 0, rows(own), rows(state.algorithm))
     _, message = jax.eval_shape(
-        lambda s, p: hooks.client_end(ClientEnd(s, p, jax.numpy.int32(1))), start, params)
+        lambda s, p, u: hooks.client_end(ClientEnd(s, p, jax.numpy.int32(1), u)), start,
+        params, rows(shared))
     return server, message
 
 

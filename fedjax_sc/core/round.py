@@ -19,17 +19,18 @@ metrics)``:
    (:mod:`fedjax_sc.core.client`); with heterogeneous clients (``work``,
    :mod:`fedjax_sc.core.heterogeneity`) each client runs its own budget of steps instead, and
    a client without steps uploads nothing;
-3. an algorithm that owns state (``Algorithm.hooks``: SCAFFOLD, FedDyn) ends each client's
-   training with its ``client_end`` hook (the client's new state and a message to the
-   server; a client without steps keeps its state), and after the aggregation below its
-   ``server_update`` hook sets the new global params and server state;
-   each client keeps its private leaves (the new ``client_states``) and encodes its shared
+3. each client keeps its private leaves (the new ``client_states``) and encodes its shared
    ones (local copies left out) with the algorithm's upload transform (and its memory of
    earlier rounds, ``ClientStates.upload``, where the transform keeps one); the server decodes
-   every message, aggregates them with weights N^k / N (or ``ClientData.weights``,
-   normalised) and applies its server update (the aggregate itself, or an optax step on the
-   pseudo-gradient ``params - aggregate``: FedOpt, :mod:`fedjax_sc.algorithms.fedopt`); the
-   new model's local copies are remade from the model the clients downloaded.
+   every message; an algorithm that owns state (``Algorithm.hooks``: SCAFFOLD, FedDyn) then
+   ends each client's round with its ``client_end`` hook, which sees what the client trained
+   and what its upload, as decoded, changed (the client's new state and a message to the
+   server; a client without steps keeps its state); the server aggregates the uploads with
+   weights N^k / N (or ``ClientData.weights``, normalised) and applies its server update
+   (the aggregate itself, or an optax step on the pseudo-gradient ``params - aggregate``:
+   FedOpt, :mod:`fedjax_sc.algorithms.fedopt`), then the algorithm's ``server_update`` hook
+   sets the new global params and server state; the new model's local copies are remade
+   from the model the clients downloaded.
 
 The round runs on whichever clients it is given: all N, or the M sampled for this round by
 :mod:`fedjax_sc.core.participation` (their data and private leaves gathered, the new private
@@ -107,10 +108,12 @@ class RoundParts(NamedTuple):
 
     Attributes:
       local_training: ``(server_state, client_states, clients, rng) -> (shared, client_states,
-        metrics, messages)``: every client's local epochs under ``vmap``; ``shared`` holds
+        metrics, ends)``: every client's local epochs under ``vmap``; ``shared`` holds
         each client's trained shared leaves stacked ``[K, ...]`` (word-embedding tables as the
-        client's local rows ``[K, R, d]`` when ``clients.vocab_ids`` is set); ``messages``
-        what the algorithm's ``client_end`` hook sends besides the upload (``()`` without).
+        client's local rows ``[K, R, d]`` when ``clients.vocab_ids`` is set), the private
+        leaves are written back into ``client_states``; ``ends`` the stacked
+        :class:`~fedjax_sc.algorithms.base.ClientEnd` of every client for the ``client_end``
+        stage (``()`` where the algorithm has no ``client_end`` hook).
       encode: ``(server_state, shared, clients, rng, memory=(), steps=None) -> (messages,
         diagnostics, memory)``: every client's upload transform; ``diagnostics``
         ``{name: [K]}``; ``memory`` the clients' upload memories (``ClientStates.upload``),
@@ -122,12 +125,19 @@ class RoundParts(NamedTuple):
         optimizer, then the algorithm's ``server_update`` hook (which reads ``messages``);
         with heterogeneous clients ``steps`` (``RoundMetrics.steps``) zeroes the weight of a
         client without steps and feeds FedNova.
+      client_end: ``(server_state, client_states, clients, ends, uploads, metrics) ->
+        (client_states, metrics, messages)``: the algorithm's ``client_end`` hook on every
+        client, after the server decoded ``uploads`` (``ClientEnd.sent``: the client's
+        upload as decoded, minus what it downloaded, so a client's state can follow what it
+        sent, noise included); a client without steps keeps its state; ``messages`` go to
+        ``aggregate``. Without the hook: the inputs unchanged and ``()``.
     """
 
     local_training: Callable
     encode: Callable
     decode: Callable
     aggregate: Callable
+    client_end: Callable
 
 
 def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
@@ -190,28 +200,48 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                 start_params(private, ids), tokens, labels, mask, key, knowledge, client,
                 budget, state=own_rows,
                 server=gather_table_rows(state.algorithm, ids, row_tables))
-            message = ()
-            if hooks.client_end is not None:
-                new_own, message = hook_pair(algorithm.name, "client_end", "(state, message)",
-                                         hooks.client_end(ClientEnd(start, params,
-                                                                    metrics.steps)))
-                # a client that ran no step (padding, dropped) keeps its state
-                own = scatter_table_rows(keep_where(metrics.steps > 0, new_own, own_rows),
-                                         own, ids, vmask, row_tables)
-                metrics = metrics._replace(finite=metrics.finite & (
-                    (metrics.steps == 0) | all_finite((new_own, message))))
+            # the client's state waits for its decoded upload (the client_end stage)
+            end = () if hooks.client_end is None else ClientEnd(start, params, metrics.steps)
             shared, new_private = split_private(algorithm, params)
             new_private = scatter_table_rows(new_private, private, ids, vmask, private_tables)
-            return shared, new_private, own, metrics, message
+            return shared, new_private, metrics, end
 
         steps = (budgets(work, jax.random.fold_in(round_key, streams.WORK), clients.counts,
                          batch_size, local_epochs) if work.active
                  else jnp.zeros((clients.num_clients,), jnp.int32))
-        shared, private, own, metrics, messages = jax.vmap(one_client)(
+        shared, private, metrics, ends = jax.vmap(one_client)(
             client_states.private, client_states.algorithm, vocab_ids, vocab_mask,
             clients.tokens, clients.labels, clients.mask, keys,
             jnp.arange(clients.num_clients, dtype=jnp.int32), steps)
-        return shared, ClientStates(private, own, client_states.upload), metrics, messages
+        return shared, client_states._replace(private=private), metrics, ends
+
+    def client_end(state: ServerState, client_states: ClientStates, clients: ClientData,
+                   ends: Any, uploads: Params, metrics: RoundMetrics):
+        if hooks.client_end is None:
+            return client_states, metrics, ()
+        row_tables = tables(state.params, clients) + tables(client_states.private, clients)
+
+        def one(end, sent, own, ids, vmask):
+            new_own, message = hook_pair(algorithm.name, "client_end", "(state, message)",
+                                         hooks.client_end(end._replace(sent=sent)))
+            # a client that ran no step (padding, dropped) keeps its state
+            own = scatter_table_rows(keep_where(end.steps > 0, new_own, end.start.state),
+                                     own, ids, vmask, row_tables)
+            return own, message, (end.steps == 0) | all_finite((new_own, message))
+
+        # rows a client does not upload (the PAD row, padding) it did not send: zero
+        sent = traverse_util.flatten_dict(changes(state, uploads, clients))
+        for path in set(tables(state.params, clients)) & set(sent):
+            sent[path] = jnp.where(row_masks(clients)[..., None], sent[path], 0.0)
+        own, messages, finite = jax.vmap(one)(ends, traverse_util.unflatten_dict(sent),
+                                              client_states.algorithm, *vocab_rows(clients))
+        return (client_states._replace(algorithm=own),
+                metrics._replace(finite=metrics.finite & finite), messages)
+
+    def changes(state: ServerState, uploads: Params, clients: ClientData) -> Params:
+        """What each client's upload, as the server decodes it, changed: ``uploads`` minus
+        the model each client downloaded (stacked, tables as the client's rows)."""
+        return jax.tree.map(jnp.subtract, uploads, contexts(state, clients).start)
 
     def encode(state: ServerState, shared: Params, clients: ClientData, rng: jax.Array,
                memory: Any = (), steps: jax.Array | None = None):
@@ -264,8 +294,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         # the clients downloaded (mod:`fedjax_sc.core.copies`)
         base = copies.without_copies(state.params, algorithm.local_copies)
         # what each client's upload, as the server decodes it, changed (ServerInputs.updates)
-        changes = () if hooks.server_update is None else jax.tree.map(
-            jnp.subtract, uploads, contexts(state, clients).start)
+        decoded = () if hooks.server_update is None else changes(state, uploads, clients)
         if work.aggregation == "fednova":
             uploads = normalised_uploads(state, uploads, clients, weights, steps)
         flat = traverse_util.flatten_dict(uploads)
@@ -287,13 +316,13 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                                                        row_masks(clients), sizes)
             # a client that did not train sends zeros (weighed 0 anyway; a nan from its
             # empty data would poison every sum)
-            messages, changes = jax.tree.map(lambda m: jnp.where(
+            messages, decoded = jax.tree.map(lambda m: jnp.where(
                 trained.reshape((-1,) + (1,) * (m.ndim - 1)), m, jnp.zeros_like(m)),
-                (messages, changes))
+                (messages, decoded))
             params, server = hook_pair(algorithm.name, "server_update", "(params, state)",
                                    hooks.server_update(ServerInputs(
                                        params, base, server, messages, weights, trained,
-                                       reduce, changes)))
+                                       reduce, decoded)))
         params = copies.restore_copies(params, state.params, algorithm.local_copies)
         # no client with an example (weights summing to 0): the mean would be all zeros and
         # kill the model for good; the server keeps its model and optimizer state instead
@@ -309,7 +338,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
             batch_size, local_epochs, clients.tokens.shape[1]), work.momentum, work.prox)
         return fednova.rescale(contexts(state, clients).start, uploads, scale)
 
-    return RoundParts(local_training, encode, decode, aggregate)
+    return RoundParts(local_training, encode, decode, aggregate, client_end)
 
 
 def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
@@ -345,13 +374,15 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
     def round_step(state: ServerState, client_states: ClientStates, clients: ClientData,
                    rng: jax.Array):
         check_clients(client_states, clients)
-        shared, client_states, metrics, sent = parts.local_training(state, client_states,
+        shared, client_states, metrics, ends = parts.local_training(state, client_states,
                                                                     clients, rng)
         messages, diagnostics, memory = parts.encode(state, shared, clients, rng,
                                                      client_states.upload, metrics.steps)
         client_states = client_states._replace(upload=memory)
-        new_state = parts.aggregate(state, parts.decode(state, messages, clients), clients,
-                                    metrics.steps, sent)
+        uploads = parts.decode(state, messages, clients)
+        client_states, metrics, sent = parts.client_end(state, client_states, clients, ends,
+                                                        uploads, metrics)
+        new_state = parts.aggregate(state, uploads, clients, metrics.steps, sent)
         if set(diagnostics) & set(metrics.aux):
             raise ValueError(f"upload diagnostics {sorted(diagnostics)} collide with the "
                              f"client loss's aux {sorted(metrics.aux)}")

@@ -174,7 +174,7 @@ def personalize_members(cs: Sequence[TrainConfig], build: Callable[[dict[str, An
         diverged = diverged_clients(result, None if scene is None else scene.client_names)
         if diverged:
             log(f"Ap phase: the fine-tuning went non-finite for {len(diverged)} of "
-                f"{len(result.nonfinite_from())} clients ({', '.join(diverged)}); each scores "
+                f"{len(result.finite)} clients ({', '.join(diverged)}); each scores "
                 f"0 from that evaluation on (a smaller --ap-lr-mult than {m.ap_lr_mult:g} "
                 "avoids it)")
     return results, seconds / len(cs)

@@ -59,3 +59,31 @@ def test_a_state_that_turns_nan_marks_the_client_not_finite(model, scene, rounds
                                  scene.num_clients)
     assert np.asarray(metrics.finite).tolist() == [False] + [True] * (scene.num_clients - 1)
     assert np.isnan(np.asarray(clients.algorithm)[0])
+
+
+@pytest.mark.parametrize("local_vocab", [True, False])
+def test_sent_is_the_upload_as_the_server_decodes_it(model, rounds, local_vocab):
+    """``ClientEnd.sent`` is the client's update as decoded, upload noise included: with one
+    client the server's new model is its upload, so the state that stores ``sent`` equals the
+    model's change (on a table, zero on the rows the client does not upload)."""
+    import chex
+    import jax
+
+    from fedjax_sc.algorithms.base import sent_update
+    from fedjax_sc.algorithms.noise import gaussian_noise
+    from fedjax_sc.algorithms.upload import chain
+    from fedjax_sc.data.scenes import synthetic_scene
+    from fedjax_sc.models.text_classifier import init_params
+    one = synthetic_scene(num_clients=1, train_per_client=14, test_per_client=6, max_len=10,
+                          seed=3)
+    zeros = lambda params: jax.tree.map(jnp.zeros_like, params)
+    hooks = Hooks(client_init=zeros, client_end=lambda end: (
+        sent_update(end, end.start.state), ()))
+    algorithm = fedavg(model, 0.1, 0.0)._replace(hooks=hooks)
+    algorithm = algorithm._replace(upload=chain(algorithm.upload, gaussian_noise(0.05)))
+    state, clients, _ = rounds(algorithm, model, client_data(one.train, local_vocab), 1, 1)
+    change = jax.tree.map(jnp.subtract, state.params, init_params(model, jax.random.key(0)))
+    chex.assert_trees_all_close(jax.tree.map(lambda a: a[0], clients.algorithm), change,
+                                atol=1e-6)
+    table = np.asarray(change["embedding"]["embedding"])
+    assert np.any(table == 0) == local_vocab  # rows the client does not hold stay unsent
