@@ -5,16 +5,17 @@
 #   bash examples/fdu_queue.sh beyond      # the methods beyond the paper, then their seeds 1-2
 #   bash examples/fdu_queue.sh ablations --list   # what it would train, in order, and stop
 #
-# A run is done when its folder in results/ (this checkout's: RESULTS) holds a report.json,
-# or when its run folder under OUT does (finished, not landed yet: examples/fdu_land.sh lands
-# it); a run folder without one is resumed (--resume). Runs go one at a time, so each lands
-# when it finishes; a lane that is already running (its lock under OUT) is not started twice. UNTIL (a date, e.g. UNTIL="today 12:00") stops the lane before a run that
-# would not finish by then at EST_S seconds a run (default 9000: 50 rounds at 150-200 s on a
-# 2-core machine, alone, and the Ap phase): on a machine whose run folders do not outlive a
-# session, a run started too late is lost work (two lanes side by side took about 200 s a
-# round each: 2.8 hours a run). SEEDS_OF names the methods whose seeds 1-2 the beyond lane
-# trains after every seed 0 (default: scaffold, the best Ag and Ap of the methods beyond the
-# paper at the time of writing, none other within 0.5 points; results/fdu/beyond.md).
+# A run is done when its folder in results/ (this checkout's: RESULTS) holds a report.json, or
+# when its run folder under OUT does (finished, not landed yet: examples/fdu_land.sh lands it);
+# a run folder without one is resumed (--resume), and such unfinished runs go first. Runs go one
+# at a time, so each lands when it finishes; a lane that is already running (its lock under OUT)
+# is not started twice. UNTIL (a date, e.g. UNTIL="today 12:00") stops the lane before a run
+# that would not finish by then at EST_S seconds a run (default 9000: 50 rounds at 150-200 s on
+# a 2-core machine, alone, and the Ap phase): on a machine whose run folders do not outlive a
+# session, a run started too late is lost work (two lanes side by side took about 200 s a round
+# each: 2.8 hours a run). SEEDS_OF names the methods whose seeds 1-2 the beyond lane trains
+# after every seed 0 (default: scaffold, the best Ag and Ap of the methods beyond the paper at
+# the time of writing, none other within 0.5 points; results/fdu/beyond.md).
 #
 #   git clone -q . ~/fedjax_runs/lane-code && cd ~/fedjax_runs/lane-code   # a snapshot: edits
 #   nohup setsid bash examples/fdu_queue.sh beyond > ~/fedjax_runs/beyond.out 2>&1 &  # to the
@@ -47,10 +48,14 @@ if [ -z "$list" ]; then
   fi
 fi
 
-# run NAME DONE_IN RUN_FOLDER ARGS...: one run, unless it is done
+# run NAME DONE_IN RUN_FOLDER ARGS...: one run, unless it is done (in the first pass, only a
+# run whose folder exists: a lane finishes what it began before it starts anything new)
 run() {
   local name=$1 landed=$2 folder=$3; shift 3
   if [ -f "$landed/report.json" ] || [ -f "$folder/report.json" ]; then return; fi
+  if [ "$pass" = resume ] && [ ! -e "$folder" ]; then return; fi
+  if [ -n "${seen[$name]:-}" ]; then return; fi  # once a lane (a failed run is not retried)
+  seen[$name]=1
   if [ -n "$list" ]; then echo "$name"; return; fi
   if [ -n "${UNTIL:-}" ] && [ $(( $(date +%s) + EST_S )) -gt "$(date -d "$UNTIL" +%s)" ]; then
     echo "$(date -u +%FT%TZ) $lane: $name would not finish by $UNTIL; stopped" >> "$R/queue.log"
@@ -79,6 +84,8 @@ method() {
     train $DATA --algorithm "$m" --seed "$s" --out "$R/beyond50/$dir" $extra
 }
 
+declare -A seen
+for pass in resume all; do
 case $lane in
   ablations)
     for c in kteps_l1-0_l2-0 kteps_l1-0_l2-0.001 kteps_l1-0_l2-0.01 kteps_l1-0.001_l2-0 \
@@ -102,3 +109,4 @@ case $lane in
     done ;;
   *) echo "fdu_queue.sh: unknown lane '$lane' (ablations or beyond)" >&2; exit 2 ;;
 esac
+done
