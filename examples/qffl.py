@@ -20,8 +20,9 @@ Where ours differs: the sum over clients is weighted by p_k = N^k / N (the autho
 clients with probability p_k and sum uniformly: the same in expectation). L = 1 / lr assumes
 plain SGD, as the authors train (``--momentum 0``); under heavy-ball momentum the clients move
 about 1 / (1 - momentum) times farther and q > 0 takes tiny steps (``lipschitz`` sets L).
-The upload noise and compression flags transform the model upload, which this server does not
-read (docs/own-algorithm.md): noise the message in ``client_end`` where that matters.
+The model upload itself never goes up (this server does not read it), but Delta_k is built
+from the update as the client would send it (``fsc.sent_update``), so the upload noise and
+compression flags act on Delta_k's update; F_k and h_k, two scalars, go up exact.
 """
 
 import jax
@@ -51,7 +52,8 @@ def q_fedavg(algorithm, q, lipschitz):
         else:
             loss, _ = base_loss(start.params, start.data, jax.random.key(0), start)
         f = jnp.where(trained, jnp.maximum(loss, 1e-10), 1.0)
-        dw = jax.tree.map(lambda w, wbar: lipschitz * (w - wbar), start.params, end.params)
+        # L (w^t - wbar_k) from the update as sent: the upload flags' noise reaches Delta_k
+        dw = jax.tree.map(lambda u: -lipschitz * u, fsc.sent_update(end, start.params))
         delta = jax.tree.map(lambda d: f ** q * d, dw)
         h = q * f ** (q - 1.0) * _squared_norm(dw) + lipschitz * f ** q
         return (), {"delta": delta, "h": h}

@@ -25,9 +25,13 @@ def q_fedavg():
     return context.load(f"{EXAMPLE}:q_fedavg")
 
 
-def test_q_zero_is_fedavg(q_fedavg, model, scene, rounds):
-    """q = 0: w - sum p_k L (w - wbar_k) / sum p_k L = sum p_k wbar_k, FedAvg's mean."""
+@pytest.mark.parametrize("sigma", [0.0, 0.05])
+def test_q_zero_is_fedavg(q_fedavg, model, scene, rounds, sigma):
+    """q = 0: w - sum p_k L (w - wbar_k) / sum p_k L = sum p_k wbar_k, FedAvg's mean; under
+    upload noise too, Delta_k being built from the update as sent."""
+    from fedjax_sc.algorithms.noise import gaussian_noise
     fedavg = fsc.fedavg(model, LR, 0.0)
+    fedavg = fedavg._replace(upload=fsc.chain(fedavg.upload, gaussian_noise(sigma)))
     data = fsc.client_data(scene.train, local_vocab=True)
     two = lambda algorithm: rounds(algorithm, model, data, 2, scene.num_clients)[0].params
     chex.assert_trees_all_close(two(q_fedavg(fedavg, 0.0, 1 / LR)), two(fedavg), atol=1e-5)
