@@ -79,19 +79,15 @@ def test_the_variates_follow_the_update_as_sent(model, rounds):
     one = synthetic_scene(num_clients=1, train_per_client=14, test_per_client=6, max_len=10,
                           seed=3)
     data, x = client_data(one.train, local_vocab=False), init_params(model, jax.random.key(0))
-    variates = {}
-    for sigma in (0.0, 0.05):
-        alg = _scaffold(model, 1)
-        alg = alg._replace(upload=chain(alg.upload, gaussian_noise(sigma)))
-        state, clients, metrics = rounds(alg, model, data, 1, 1)
-        k = LR * optimizers.momentum_steps(metrics.steps[0], 0.9)
-        chex.assert_trees_all_close(state.algorithm, jax.tree.map(
-            lambda new, old: (old - new) / k, state.params, x), atol=1e-5, rtol=1e-4)
-        chex.assert_trees_all_close(jax.tree.map(lambda a: a[0], clients.algorithm),
-                                    state.algorithm, atol=1e-6)
-        variates[sigma] = np.concatenate([np.ravel(a) for a in
-                                          jax.tree.leaves(state.algorithm)])
-    assert np.std(variates[0.05] - variates[0.0]) == pytest.approx(0.05 / float(k), rel=0.1)
+    alg = _scaffold(model, 1)
+    alg = alg._replace(upload=chain(alg.upload, gaussian_noise(0.05)))
+    state, clients, metrics = rounds(alg, model, data, 1, 1)
+    # from the exact update instead, c would differ by the noise / (eta K), about 0.06 here
+    k = LR * optimizers.momentum_steps(metrics.steps[0], 0.9)
+    chex.assert_trees_all_close(state.algorithm, jax.tree.map(
+        lambda new, old: (old - new) / k, state.params, x), atol=1e-5, rtol=1e-4)
+    chex.assert_trees_all_close(jax.tree.map(lambda a: a[0], clients.algorithm),
+                                state.algorithm, atol=1e-6)
 
 
 def test_a_local_step_follows_the_corrected_gradient(model):
