@@ -87,3 +87,18 @@ def test_sent_is_the_upload_as_the_server_decodes_it(model, rounds, local_vocab)
                                 atol=1e-6)
     table = np.asarray(change["embedding"]["embedding"])
     assert np.any(table == 0) == local_vocab  # rows the client does not hold stay unsent
+
+
+def test_sent_update_picks_the_paths_of_like_and_falls_back_to_the_exact_update():
+    """``sent_update``: ``sent``'s leaves at ``like``'s paths; without ``sent`` (the
+    communication probe) the trained minus the start params at those paths."""
+    from fedjax_sc.algorithms.base import ClientEnd, ClientStart, sent_update
+    start = {"shared": {"w": jnp.ones(3)}, "private": {"v": jnp.zeros(2)}}
+    trained = {"shared": {"w": jnp.full(3, 4.0)}, "private": {"v": jnp.ones(2)}}
+    like = {"shared": {"w": jnp.zeros(3)}}
+    end = ClientEnd(ClientStart(start), trained, jnp.int32(2))
+    np.testing.assert_array_equal(sent_update(end, like)["shared"]["w"], np.full(3, 3.0))
+    assert set(sent_update(end, like)) == {"shared"}
+    sent = {"shared": {"w": jnp.full(3, 2.5)}}
+    np.testing.assert_array_equal(sent_update(end._replace(sent=sent), like)["shared"]["w"],
+                                  np.full(3, 2.5))
