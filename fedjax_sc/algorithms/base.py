@@ -190,7 +190,8 @@ class ServerInputs(NamedTuple):
         it on messages that are changes, not values (drjax's ``reduce_sum``).
       updates: every client's upload as the server decoded it, minus the model the client
         downloaded, stacked ``[K, ...]`` like ``messages`` (the shared leaves; tables as the
-        client's rows; zeros for a client that did not train): what the server can derive
+        client's rows, zero on the rows it does not upload; zeros for a client that did
+        not train): what the server can derive
         from the uploads, noise and compression included (FedDyn's update). ``()`` where
         a caller builds the inputs without it.
     """

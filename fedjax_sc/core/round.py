@@ -229,19 +229,20 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                                      own, ids, vmask, row_tables)
             return own, message, (end.steps == 0) | all_finite((new_own, message))
 
-        # rows a client does not upload (the PAD row, padding) it did not send: zero
-        sent = traverse_util.flatten_dict(changes(state, uploads, clients))
-        for path in set(tables(state.params, clients)) & set(sent):
-            sent[path] = jnp.where(row_masks(clients)[..., None], sent[path], 0.0)
-        own, messages, finite = jax.vmap(one)(ends, traverse_util.unflatten_dict(sent),
+        own, messages, finite = jax.vmap(one)(ends, changes(state, uploads, clients),
                                               client_states.algorithm, *vocab_rows(clients))
         return (client_states._replace(algorithm=own),
                 metrics._replace(finite=metrics.finite & finite), messages)
 
     def changes(state: ServerState, uploads: Params, clients: ClientData) -> Params:
         """What each client's upload, as the server decodes it, changed: ``uploads`` minus
-        the model each client downloaded (stacked, tables as the client's rows)."""
-        return jax.tree.map(jnp.subtract, uploads, contexts(state, clients).start)
+        the model each client downloaded (stacked, tables as the client's rows; zero on the
+        rows it does not upload: the PAD row, padding)."""
+        change = traverse_util.flatten_dict(jax.tree.map(jnp.subtract, uploads,
+                                                         contexts(state, clients).start))
+        for path in set(tables(state.params, clients)) & set(change):
+            change[path] = jnp.where(row_masks(clients)[..., None], change[path], 0.0)
+        return traverse_util.unflatten_dict(change)
 
     def encode(state: ServerState, shared: Params, clients: ClientData, rng: jax.Array,
                memory: Any = (), steps: jax.Array | None = None):
