@@ -24,8 +24,8 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import optax
-from flax import traverse_util
 
+from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.upload import (  # noqa: F401 (re-exported: the upload interface)
     Diagnostics,
     Params,
@@ -163,12 +163,10 @@ def sent_update(end: ClientEnd, like: Params) -> Params:
     server can rebuild from the uploads: FedDyn's H and SCAFFOLD's c remain the mean of the
     clients' states, and a client's next round corrects the noise of its last one.
     """
-    paths = traverse_util.flatten_dict(like)
     if jax.tree.leaves(end.sent):
-        sent = traverse_util.flatten_dict(end.sent)
-        return traverse_util.unflatten_dict({p: sent[p] for p in paths})
-    new, old = (traverse_util.flatten_dict(t) for t in (end.params, end.start.params))
-    return traverse_util.unflatten_dict({p: new[p] - old[p] for p in paths})
+        return masking.like(end.sent, like)
+    return jax.tree.map(lambda n, o: n - o, masking.like(end.params, like),
+                        masking.like(end.start.params, like))
 
 
 class ServerInputs(NamedTuple):

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from flax import traverse_util
 
-from fedjax_sc.algorithms.base import Params
+from fedjax_sc.algorithms.upload import Params
 
 PRIVATE = "private"
 """The label of the leaves a client keeps to itself."""
