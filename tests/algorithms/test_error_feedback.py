@@ -152,7 +152,8 @@ def test_the_round_keeps_every_clients_memory_and_one_that_did_not_train_keeps_i
     first, clients0 = rnd.init_states(no_memory, params, scene.num_clients)
     first = rnd.make_round_step(no_memory, batch_size=4, local_epochs=1)(
         first, clients0, data, jax.random.key(1))[0]
-    chex.assert_trees_all_equal(first.params, state.params)
+    # two programs compiled apart: equal up to float32 rounding (XLA may fuse them otherwise)
+    chex.assert_trees_all_close(first.params, state.params, atol=1e-6)
     np.testing.assert_array_equal(communication.account(alg, state, data).upload_sent_bytes,
                                   communication.account(no_memory, state, data).upload_sent_bytes)
 
