@@ -14,7 +14,7 @@
 # a 2-core machine, alone, and the Ap phase): on a machine whose run folders do not outlive a
 # session, a run started too late is lost work (two lanes side by side took about 200 s a round
 # each: 2.8 hours a run). SEEDS_OF names the methods whose seeds 1-2 the beyond lane trains
-# after every seed 0 (default: scaffold and fedrod, the methods beyond the paper within 0.5
+# after every seed 0 (default: feddyn and scaffold, the methods beyond the paper within 0.5
 # points of the best Ag or Ap at the time of writing; results/fdu/beyond.md).
 #
 #   git clone -q . ~/fedjax_runs/lane-code && cd ~/fedjax_runs/lane-code   # a snapshot: edits
@@ -104,7 +104,7 @@ case $lane in
     for m in scaffold ditto feddyn fedrod fedbabu fedrep apfl moon per_fedavg pfedme; do
       method $m 0
     done
-    for m in ${SEEDS_OF:-scaffold fedrod}; do
+    for m in ${SEEDS_OF:-feddyn scaffold}; do
       for s in 1 2; do method "$m" "$s"; done
     done ;;
   *) echo "fdu_queue.sh: unknown lane '$lane' (ablations or beyond)" >&2; exit 2 ;;
