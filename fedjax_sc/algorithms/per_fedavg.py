@@ -26,8 +26,9 @@ the outer step uses the client SGD with momentum, and the server weighs clients 
 phase from the global model on the client's training data, is Per-FedAvg's personalisation
 ("one or a few steps of gradient descent" from the meta-model, the abstract), with the library's
 steps and learning rate, not one step of size alpha. alpha = 0 is FedAvg on D' exactly. A
-short last batch whose D' gets no real row (one real row for FO, at most two for HF) gives a
-zero outer gradient and loss; the step still counts, so momentum moves w by its buffer.
+short last batch whose D' gets no real row (a single real row, FO or HF: the parts interleave
+the rows) gives a zero outer gradient and loss; the step still counts, so momentum moves w by
+its buffer. With two real rows HF's D'' is empty and its Hessian term zero.
 """
 
 from __future__ import annotations

@@ -120,17 +120,24 @@ class RoundParts(NamedTuple):
         a client kept as it was where ``steps`` (``RoundMetrics.steps``) is 0.
       decode: ``(server_state, messages, clients) -> uploads``: the server's decoding of each
         message, same structure as ``shared``.
-      aggregate: ``(server_state, uploads, clients, steps=None, messages=()) ->
-        server_state``: weighted mean with N^k / N (tables by rows when local), the server
-        optimizer, then the algorithm's ``server_update`` hook (which reads ``messages``);
-        with heterogeneous clients ``steps`` (``RoundMetrics.steps``) zeroes the weight of a
+      aggregate: ``(server_state, uploads, clients, steps=None, messages=(), updates=None)
+        -> server_state``: weighted mean with N^k / N (tables by rows when local), the server
+        optimizer, then the algorithm's ``server_update`` hook (which reads ``messages`` and
+        ``updates``, the ``changes`` stage's output: computed here where None); with
+        heterogeneous clients ``steps`` (``RoundMetrics.steps``) zeroes the weight of a
         client without steps and feeds FedNova.
-      client_end: ``(server_state, client_states, clients, ends, uploads, metrics) ->
+      client_end: ``(server_state, client_states, clients, ends, updates, metrics) ->
         (client_states, metrics, messages)``: the algorithm's ``client_end`` hook on every
-        client, after the server decoded ``uploads`` (``ClientEnd.sent``: the client's
-        upload as decoded, minus what it downloaded, so a client's state can follow what it
-        sent, noise included); a client without steps keeps its state; ``messages`` go to
+        client, after the server decoded the uploads (``ClientEnd.sent``: the client's row of
+        ``updates``, from ``changes``, so a client's state can follow what it sent, noise
+        included); a client without steps keeps its state; ``messages`` go to
         ``aggregate``. Without the hook: the inputs unchanged and ``()``.
+      changes: ``(server_state, uploads, clients) -> updates``: what each client's upload,
+        as the server decodes it, changed: ``uploads`` minus the model the client downloaded
+        (stacked, tables as the client's rows, zero on the rows it does not upload: the PAD
+        row, padding). The round computes it once, for ``client_end``
+        (``ClientEnd.sent``) and ``aggregate`` (``ServerInputs.updates``) alike, and only
+        where the algorithm has a hook that reads it (:func:`needs_changes`).
     """
 
     local_training: Callable
@@ -138,6 +145,7 @@ class RoundParts(NamedTuple):
     decode: Callable
     aggregate: Callable
     client_end: Callable
+    changes: Callable
 
 
 def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
@@ -216,7 +224,7 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         return shared, client_states._replace(private=private), metrics, ends
 
     def client_end(state: ServerState, client_states: ClientStates, clients: ClientData,
-                   ends: Any, uploads: Params, metrics: RoundMetrics):
+                   ends: Any, updates: Params, metrics: RoundMetrics):
         if hooks.client_end is None:
             return client_states, metrics, ()
         row_tables = tables(state.params, clients) + tables(client_states.private, clients)
@@ -229,15 +237,13 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                                      own, ids, vmask, row_tables)
             return own, message, (end.steps == 0) | all_finite((new_own, message))
 
-        own, messages, finite = jax.vmap(one)(ends, changes(state, uploads, clients),
-                                              client_states.algorithm, *vocab_rows(clients))
+        own, messages, finite = jax.vmap(one)(ends, updates, client_states.algorithm,
+                                              *vocab_rows(clients))
         return (client_states._replace(algorithm=own),
                 metrics._replace(finite=metrics.finite & finite), messages)
 
     def changes(state: ServerState, uploads: Params, clients: ClientData) -> Params:
-        """What each client's upload, as the server decodes it, changed: ``uploads`` minus
-        the model each client downloaded (stacked, tables as the client's rows; zero on the
-        rows it does not upload: the PAD row, padding)."""
+        """The ``changes`` stage (:class:`RoundParts`)."""
         change = traverse_util.flatten_dict(jax.tree.map(jnp.subtract, uploads,
                                                          contexts(state, clients).start))
         for path in set(tables(state.params, clients)) & set(change):
@@ -282,7 +288,8 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         return UploadContext({"/".join(p): masks for p in rows}, start)
 
     def aggregate(state: ServerState, uploads: Params, clients: ClientData,
-                  steps: jax.Array | None = None, messages: Any = ()) -> ServerState:
+                  steps: jax.Array | None = None, messages: Any = (),
+                  updates: Params | None = None) -> ServerState:
         raw = clients.counts if clients.weights is None else clients.weights
         if work.active:
             if steps is None:
@@ -295,7 +302,8 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
         # the clients downloaded (mod:`fedjax_sc.core.copies`)
         base = copies.without_copies(state.params, algorithm.local_copies)
         # what each client's upload, as the server decodes it, changed (ServerInputs.updates)
-        decoded = () if hooks.server_update is None else changes(state, uploads, clients)
+        decoded = (() if hooks.server_update is None
+                   else changes(state, uploads, clients) if updates is None else updates)
         if work.aggregation == "fednova":
             uploads = normalised_uploads(state, uploads, clients, weights, steps)
         flat = traverse_util.flatten_dict(uploads)
@@ -339,7 +347,14 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
             batch_size, local_epochs, clients.tokens.shape[1]), work.momentum, work.prox)
         return fednova.rescale(contexts(state, clients).start, uploads, scale)
 
-    return RoundParts(local_training, encode, decode, aggregate, client_end)
+    return RoundParts(local_training, encode, decode, aggregate, client_end, changes)
+
+
+def needs_changes(algorithm: Algorithm) -> bool:
+    """Whether a round of ``algorithm`` reads what each upload changed (the ``changes``
+    stage of :class:`RoundParts`): where it has a ``client_end`` or a ``server_update``
+    hook."""
+    return algorithm.hooks.client_end is not None or algorithm.hooks.server_update is not None
 
 
 def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
@@ -381,9 +396,10 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
                                                      client_states.upload, metrics.steps)
         client_states = client_states._replace(upload=memory)
         uploads = parts.decode(state, messages, clients)
+        updates = parts.changes(state, uploads, clients) if needs_changes(algorithm) else None
         client_states, metrics, sent = parts.client_end(state, client_states, clients, ends,
-                                                        uploads, metrics)
-        new_state = parts.aggregate(state, uploads, clients, metrics.steps, sent)
+                                                        updates, metrics)
+        new_state = parts.aggregate(state, uploads, clients, metrics.steps, sent, updates)
         if set(diagnostics) & set(metrics.aux):
             raise ValueError(f"upload diagnostics {sorted(diagnostics)} collide with the "
                              f"client loss's aux {sorted(metrics.aux)}")
