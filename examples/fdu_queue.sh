@@ -14,8 +14,9 @@
 # a 2-core machine, alone, and the Ap phase): on a machine whose run folders do not outlive a
 # session, a run started too late is lost work (two lanes side by side took about 200 s a round
 # each: 2.8 hours a run). SEEDS_OF names the methods whose seeds 1-2 the beyond lane trains
-# after every seed 0 (default: feddyn and scaffold, the methods beyond the paper within 0.5
-# points of the best Ag or Ap at the time of writing; results/fdu/beyond.md).
+# after the seed 0 of every method but the two costliest (default: feddyn and scaffold, the
+# methods beyond the paper within 0.5 points of the best Ag or Ap at the time of writing;
+# results/fdu/beyond.md).
 #
 #   git clone -q . ~/fedjax_runs/lane-code && cd ~/fedjax_runs/lane-code   # a snapshot: edits
 #   nohup setsid bash examples/fdu_queue.sh beyond > ~/fedjax_runs/beyond.out 2>&1 &  # to the
@@ -87,26 +88,31 @@ method() {
 declare -A seen
 for pass in resume all; do
 case $lane in
+  # cheapest first within a lane, so that a session whose machine keeps no run folder lands
+  # what fits in it: Table 8's architectures A and B and Table 7's KTEPS* cost about a KTEPS
+  # round (arch_a_l1-0: 155 s, arch_b_l1-0: 170 s beside a second run), architecture C twice
+  # that (345 s; results/fdu/table8.md); beyond the paper, Per-FedAvg and pFedMe 1.8x and
+  # 2.1x FedAvg's round (results/fdu/beyond-slice-10-rounds), after the other methods' seeds
   ablations)
     for c in kteps_l1-0_l2-0 kteps_l1-0_l2-0.001 kteps_l1-0_l2-0.01 kteps_l1-0.001_l2-0 \
         kteps_l1-0.001_l2-0.001 kteps_l1-0.001_l2-0.01 kteps_l1-0.01_l2-0 \
         kteps_l1-0.01_l2-0.001 kteps; do cell table4 $c; done
     for l in 0 0.001 0.01 0.1; do
-      for a in a b c; do cell table8 "arch_${a}_l1-$l"; done
+      for a in a b; do cell table8 "arch_${a}_l1-$l"; done
     done
     for d2 in 50 38; do
       for d1 in 1 2 3 6; do
         c="kteps_star_d1-${d1}_d2-$d2"; [ "$c" = kteps_star_d1-2_d2-38 ] && c=kteps_star
         cell table7 $c
       done
-    done ;;
-  beyond)
-    for m in scaffold ditto feddyn fedrod fedbabu fedrep apfl moon per_fedavg pfedme; do
-      method $m 0
     done
+    for l in 0 0.001 0.01 0.1; do cell table8 "arch_c_l1-$l"; done ;;
+  beyond)
+    for m in scaffold ditto feddyn fedrod fedbabu fedrep apfl moon; do method $m 0; done
     for m in ${SEEDS_OF:-feddyn scaffold}; do
       for s in 1 2; do method "$m" "$s"; done
-    done ;;
+    done
+    for m in per_fedavg pfedme; do method $m 0; done ;;
   *) echo "fdu_queue.sh: unknown lane '$lane' (ablations or beyond)" >&2; exit 2 ;;
 esac
 done
