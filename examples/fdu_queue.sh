@@ -22,6 +22,9 @@
 #   nohup setsid bash examples/fdu_queue.sh beyond > ~/fedjax_runs/beyond.out 2>&1 &  # to the
 #                                                           # work tree never reach a running lane
 #
+# ONLY (names as --list prints them, e.g. ONLY="beyond-feddyn-seed1") trains just those runs,
+# in the lane's order: one that fits the session's time alone, ahead of a longer one begun.
+#
 # FDU_DIR (default /work/shared/data/fdu-mtl), OUT (default ~/fedjax_runs), RESULTS (default
 # this checkout's results/) and FEDJAX_SC (the command; default this checkout's code with the
 # venv of /work/main) may be set.
@@ -56,6 +59,7 @@ run() {
   if [ -f "$landed/report.json" ] || [ -f "$folder/report.json" ]; then return; fi
   if [ "$pass" = resume ] && [ ! -e "$folder" ]; then return; fi
   if [ -n "${seen[$name]:-}" ]; then return; fi  # once a lane (a failed run is not retried)
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
   seen[$name]=1
   if [ -n "$list" ]; then echo "$name"; return; fi
   if [ -n "${UNTIL:-}" ] && [ $(( $(date +%s) + EST_S )) -gt "$(date -d "$UNTIL" +%s)" ]; then
