@@ -137,8 +137,10 @@ def chain(*transforms: UploadTransform) -> UploadTransform:
         for t in transforms:
             states.append(t.init(params))
             memories.append(() if t.client_init is None else t.client_init(params))
-            params, _, _ = encode_upload(t, params, states[-1], jax.random.key(0),
-                                         context._replace(memory=memories[-1]))
+            # one compiled program, not the encoder's operations compiled one by one
+            params = jax.jit(lambda p, s, c, t=t: encode_upload(t, p, s, jax.random.key(0),
+                                                                c)[0])(
+                params, states[-1], context._replace(memory=memories[-1]))
         return tuple(memories if with_memory else states)
 
     def init(params):

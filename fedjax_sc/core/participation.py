@@ -19,6 +19,7 @@ Sampling is a pure function of ``(seed, round)``, so a resumed run samples the s
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -224,13 +225,21 @@ def broadcast_clients(tree: Any, num_clients: int, *, axis: int = 0,
     :func:`scatter` copies); otherwise ``jnp.broadcast_to``,
     which materialises ``[N, ...]`` (traceable under ``jax.vmap``).
     """
-    def put(x):
-        if host:
-            x = np.asarray(x)
-            return np.broadcast_to(np.expand_dims(x, axis),
-                                   x.shape[:axis] + (num_clients,) + x.shape[axis:])
-        x = jnp.asarray(x)
-        return jnp.broadcast_to(jnp.expand_dims(x, axis),
-                                x.shape[:axis] + (num_clients,) + x.shape[axis:])
+    if not host:
+        return _broadcast_on_device(tree, num_clients, axis)
 
+    def put(x):
+        x = np.asarray(x)
+        return np.broadcast_to(np.expand_dims(x, axis),
+                               x.shape[:axis] + (num_clients,) + x.shape[axis:])
+
+    return jax.tree.map(put, tree)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _broadcast_on_device(tree: Any, num_clients: int, axis: int) -> Any:
+    """:func:`broadcast_clients` with ``host=False``: one compiled program per tree layout,
+    not one per leaf."""
+    put = lambda x: jnp.broadcast_to(jnp.expand_dims(x, axis),
+                                     x.shape[:axis] + (num_clients,) + x.shape[axis:])
     return jax.tree.map(put, tree)
