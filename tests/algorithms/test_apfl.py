@@ -69,18 +69,20 @@ def test_the_mixture_and_its_gradients_are_closed_form():
     w, v, a = parts(params)
     mixed = jax.tree.map(lambda x, y: alpha * x + (1 - alpha) * y, v, w)
     tokens = BATCH.tokens
-    expected = BASE.apply({"params": mixed}, tokens)
-    np.testing.assert_allclose(PersonalCopy(BASE, alpha).apply({"params": params}, tokens),
+    expected = jax.jit(BASE.apply)({"params": mixed}, tokens)  # compiled: one program each
+    np.testing.assert_allclose(jax.jit(PersonalCopy(BASE, alpha).apply)({"params": params},
+                                                                          tokens),
                                expected, atol=1e-6)
     algorithm = apfl.apfl(BASE, alpha=alpha)
-    np.testing.assert_allclose(algorithm.predict(params, tokens)["full"],
+    np.testing.assert_allclose(jax.jit(algorithm.predict)(params, tokens)["full"],
                                jax.nn.softmax(expected, -1), atol=1e-6)
-    grads = jax.grad(lambda p: algorithm.client_loss(p, BATCH, jax.random.key(2),
-                                                     ClientStart(p))[0])(params)
-    ce = lambda p: cross_entropy(BASE)(p, BATCH, jax.random.key(2), ClientStart(p))[0]
-    at_mixture = jax.grad(ce)(mixed)
+    grads = jax.jit(jax.grad(lambda p: algorithm.client_loss(p, BATCH, jax.random.key(2),
+                                                             ClientStart(p))[0]))(params)
+    ce = jax.jit(jax.grad(lambda p: cross_entropy(BASE)(p, BATCH, jax.random.key(2),
+                                                        ClientStart(p))[0]))
+    at_mixture = ce(mixed)
     gw, gv, ga = parts(grads)
-    chex.assert_trees_all_close(gw, jax.grad(ce)(w), atol=1e-6)  # w: its own loss only
+    chex.assert_trees_all_close(gw, ce(w), atol=1e-6)  # w: its own loss only
     chex.assert_trees_all_close(gv, jax.tree.map(lambda g: alpha * g, at_mixture), atol=1e-6)
     inner = sum(jnp.vdot(x - y, g) for x, y, g in zip(
         jax.tree.leaves(v), jax.tree.leaves(w), jax.tree.leaves(at_mixture)))

@@ -91,20 +91,22 @@ def test_the_loss_adds_mu_times_the_term_on_its_three_models(model):
     features = lambda p: model.apply({"params": p}, batch.tokens, method=model.features)
     algorithm = moon.model_contrastive(fedavg(model, LR, 0.9), mu=mu, temperature=tau)
     state = (previous, jnp.float32(1))
-    (value, aux), grad = jax.value_and_grad(algorithm.client_loss, has_aux=True)(
+    # compiled: one program each, not the BiGRU's operations one by one
+    (value, aux), grad = jax.jit(jax.value_and_grad(algorithm.client_loss, has_aux=True))(
         local, batch, jax.random.key(0), ClientStart(start, state=state))
     base = fedavg(model, LR, 0.9).client_loss
-    (plain, _), plain_grad = jax.value_and_grad(base, has_aux=True)(
+    (plain, _), plain_grad = jax.jit(jax.value_and_grad(base, has_aux=True))(
         local, batch, jax.random.key(0), ClientStart(start))
-    term = lambda p: losses.contrastive_loss(features(p), features(start), features(previous),
-                                           batch.mask, tau, jnp.float32(1))
+    term = jax.jit(lambda p: losses.contrastive_loss(features(p), features(start),
+                                                     features(previous), batch.mask, tau,
+                                                     jnp.float32(1)))
     assert float(aux["contrastive"]) == pytest.approx(float(term(local)), rel=1e-5)
     assert float(value) == pytest.approx(float(plain + mu * term(local)), rel=1e-5)
     chex.assert_trees_all_close(grad, jax.tree.map(lambda a, b: a + mu * b, plain_grad,
-                                                   jax.grad(term)(local)), atol=1e-5)
+                                                   jax.jit(jax.grad(term))(local)), atol=1e-5)
     # the previous model equal to the global one: both cosines equal, l_con = log 2
-    same = algorithm.client_loss(local, batch, jax.random.key(0),
-                                 ClientStart(start, state=(start, jnp.float32(1))))[1]
+    same = jax.jit(algorithm.client_loss)(local, batch, jax.random.key(0),
+                                          ClientStart(start, state=(start, jnp.float32(1))))[1]
     assert float(same["contrastive"]) == pytest.approx(np.log(2.0), rel=1e-5)
 
 

@@ -61,7 +61,8 @@ def test_fo_and_hf_closed_forms_on_least_squares(rows, dim, alpha, seed):
         return xs.T @ (ms * (xs @ v - ys)) / max(ms.sum(), 1)
 
     for variant, parts in (("fo", 2), ("hf", 3)):
-        _, got = per_fedavg.meta_gradient(alpha, variant)(squares)({"w": w}, batch, RNG)
+        _, got = jax.jit(per_fedavg.meta_gradient(alpha, variant)(squares))({"w": w}, batch,
+                                                                            RNG)
         expected = grad(w - alpha * grad(w, 0, parts), 1, parts)
         if variant == "hf":
             x2, m2 = x[2::3], mask[2::3]
@@ -74,7 +75,8 @@ def test_hf_is_fo_minus_alpha_times_the_finite_difference_hessian_product():
     alpha, delta = 0.5, 1e-2
     parts = [per_fedavg.part(BATCH, i, 3) for i in range(3)]
     keys = [jax.random.fold_in(RNG, i) for i in range(3)]
-    grad = lambda p, i: jax.grad(lambda q: LOSS(q, parts[i], keys[i])[0])(p)
+    grad = jax.jit(lambda p, i: jax.grad(lambda q: LOSS(q, parts[i], keys[i])[0])(p),
+                   static_argnums=1)  # one program per part, not op by op
     adapted = jax.tree.map(lambda w, g: w - alpha * g, PARAMS, grad(PARAMS, 0))
     outer = grad(adapted, 1)
     shift = lambda s: jax.tree.map(lambda w, g: w + s * delta * g, PARAMS, outer)

@@ -327,18 +327,26 @@ if me == 1:  # loading its data on a loaded machine: past gloo's fixed 30 s of s
     time.sleep(40)
 print(processes.allgather_json(me), flush=True)
 """
+LATE_TEST = "test_a_process_reaching_the_first_collective_late_is_waited_for"
 
 
-def test_a_process_reaching_the_first_collective_late_is_waited_for(tmp_path):
-    # once, process 0 gave up 30 s into its first collective ("Gloo context initialization
-    # failed: DEADLINE_EXCEEDED"); the processes now meet in processes.start
+@pytest.fixture(scope="module", autouse=True)
+def late_meeting(request):
+    """The two processes of :data:`MEET`, started with the module when its test is selected,
+    so that their deliberate 40 s wait passes while the module's other tests run (the test,
+    last in the file, collects them)."""
+    if not any(item.name == LATE_TEST for item in request.session.items):
+        yield None
+        return
     port = str(_free_port())
     workers = [subprocess.Popen([sys.executable, "-c", MEET, port, str(i)], cwd=ROOT,
                                 env=_env(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True) for i in range(2)]
-    for i, (code, stdout, stderr) in enumerate(_wait(workers, timeout=600)):
-        assert code == 0, f"process {i}:\n{stderr[-3000:]}"
-        assert stdout.strip().splitlines()[-1] == "[0, 1]", stdout
+    yield workers
+    for w in workers:  # the test did not run (a failure before it, -x): none is left behind
+        if w.poll() is None:
+            w.kill()
+            w.communicate()
 
 
 @pytest.mark.parametrize("flags, says", [
@@ -403,3 +411,11 @@ def test_a_collective_failing_inside_a_checkpoint_save_is_lost_contact_not_a_dis
     assert processes.lost_contact(caught.value) is None
     monkeypatch.setattr(processes, "several", lambda: True)
     assert processes.lost_contact(OSError(28, "No space left on device")) is None
+
+
+def test_a_process_reaching_the_first_collective_late_is_waited_for(late_meeting):
+    # once, process 0 gave up 30 s into its first collective ("Gloo context initialization
+    # failed: DEADLINE_EXCEEDED"); the processes now meet in processes.start
+    for i, (code, stdout, stderr) in enumerate(_wait(late_meeting, timeout=600)):
+        assert code == 0, f"process {i}:\n{stderr[-3000:]}"
+        assert stdout.strip().splitlines()[-1] == "[0, 1]", stdout
