@@ -11,6 +11,7 @@ Usage::
     python benchmarks/suite_time.py                           # the whole suite (~30 min)
     python benchmarks/suite_time.py tests/core tests/algorithms --workers 2
     python benchmarks/suite_time.py --profile --workers-only    # + JAX's seconds per file
+    python benchmarks/suite_time.py --profile --tests 20 --workers-only   # + per test
 
 Exit status: non-zero when a run's tests fail (the figures are still printed). Measure on an
 otherwise idle machine: another busy process halves what the workers can use.
@@ -31,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def timed_run(paths: list[str], xdist: list[str], profile: bool = False
+def timed_run(paths: list[str], xdist: list[str], profile: bool = False, tests: int = 0
               ) -> tuple[float, int, str]:
     """(wall seconds, exit status, pytest's last line) of one cold run of ``paths``; with
     ``profile``, also prints JAX's seconds per test file (:func:`print_profile`)."""
@@ -48,24 +49,31 @@ def timed_run(paths: list[str], xdist: list[str], profile: bool = False
                               text=True)
         seconds = time.perf_counter() - start
         if profile:
-            print_profile(Path(cache))
+            print_profile(Path(cache), tests=tests)
     lines = [x for x in done.stdout.splitlines() if x.strip()]
     return seconds, done.returncode, lines[-1] if lines else done.stderr.strip()[-300:]
 
 
-def print_profile(folder: Path, top: int = 15) -> None:
+def print_profile(folder: Path, top: int = 15, tests: int = 0) -> None:
     """The ``top`` test files by wall seconds, with JAX's tracing, lowering and compiling
-    seconds (benchmarks/compile_profile.py's records in ``folder``), then the totals."""
+    seconds (benchmarks/compile_profile.py's records in ``folder``), then the totals; then
+    the ``tests`` slowest tests alone, the same figures."""
     files: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    each: dict[str, collections.Counter] = {}
     for record in folder.glob("*.json"):
         for test, seconds in json.loads(record.read_text()).items():
             files[test.split("::")[0]].update(seconds)
+            each[test] = collections.Counter(seconds)
     total = sum(files.values(), collections.Counter())
+    rows = [*sorted(files.items(), key=lambda x: -x[1]["wall"])[:top],
+            ("all (worker seconds)", total)]
+    if tests:
+        rows += [("slowest tests:", collections.Counter()),
+                 *sorted(each.items(), key=lambda x: -x[1]["wall"])[:tests]]
     print(f"{'test file':<48} {'wall':>7} {'compile':>8} {'lower':>7} {'trace':>7}  (s)")
-    for name, s in [*sorted(files.items(), key=lambda x: -x[1]["wall"])[:top],
-                    ("all (worker seconds)", total)]:
-        print(f"{name:<48} {s['wall']:7.1f} {s['compile']:8.1f} {s['lower']:7.1f} "
-              f"{s['trace']:7.1f}")
+    for name, s in rows:
+        print(name if not s else f"{name:<48} {s['wall']:7.1f} {s['compile']:8.1f} "
+              f"{s['lower']:7.1f} {s['trace']:7.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the one-process run")
     parser.add_argument("--profile", action="store_true", help="print JAX's tracing, "
                         "lowering and compiling seconds per test file (compile_profile.py)")
+    parser.add_argument("--tests", type=int, default=0, metavar="N", help="with --profile, "
+                        "also the N slowest tests alone")
     args = parser.parse_args(argv)
     runs = {"one process": [],
             f"{args.workers} workers": ["-n", str(args.workers), "--dist", "loadfile"]}
@@ -84,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         del runs["one process"]
     seconds, failed = {}, False
     for name, xdist in runs.items():
-        seconds[name], code, last = timed_run(args.paths, xdist, args.profile)
+        seconds[name], code, last = timed_run(args.paths, xdist, args.profile, args.tests)
         failed |= code != 0
         print(f"{name:>12}: {seconds[name]:7.1f} s wall, cold cache | {last}", flush=True)
     if len(seconds) == 2:
