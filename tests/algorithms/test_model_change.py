@@ -35,10 +35,14 @@ def _tree(seed, shape=(5, 3)):
 
 
 def _roundtrip(t, params, start):
-    context = UploadContext({}, start)
-    state = t.init(start)
-    message, diagnostics = t.encode(params, state, KEY, context)
-    return message, diagnostics, t.decode(message, state, context)
+    """(message, diagnostics, decoded) of ``t``: one compiled program, not op by op."""
+    def run(params, start):
+        context = UploadContext({}, start)
+        state = t.init(start)
+        message, diagnostics = t.encode(params, state, KEY, context)
+        return message, diagnostics, t.decode(message, state, context)
+
+    return jax.jit(run)(params, start)
 
 
 @settings(max_examples=20, deadline=None)
