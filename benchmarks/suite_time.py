@@ -12,6 +12,11 @@ Usage::
     python benchmarks/suite_time.py tests/core tests/algorithms --workers 2
     python benchmarks/suite_time.py --profile --workers-only    # + JAX's seconds per file
     python benchmarks/suite_time.py --profile --tests 20 --workers-only   # + per test
+    python benchmarks/suite_time.py tests/run --against HEAD~3 --repeat 2  # a change's gain
+
+``--against REV`` times the workers' run in a ``git worktree`` of REV (its own code and
+tests, imported from there) and in this tree, alternately (``--repeat`` times each), and prints
+the ratio of the two means: a change measured in one sitting, whatever else the machine does.
 
 Exit status: non-zero when a run's tests fail (the figures are still printed). Measure on an
 otherwise idle machine: another busy process halves what the workers can use.
@@ -32,20 +37,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def timed_run(paths: list[str], xdist: list[str], profile: bool = False, tests: int = 0
-              ) -> tuple[float, int, str]:
-    """(wall seconds, exit status, pytest's last line) of one cold run of ``paths``; with
-    ``profile``, also prints JAX's seconds per test file (:func:`print_profile`)."""
+def timed_run(paths: list[str], xdist: list[str], profile: bool = False, tests: int = 0,
+              root: Path = ROOT) -> tuple[float, int, str]:
+    """(wall seconds, exit status, pytest's last line) of one cold run of ``paths`` in the
+    checkout ``root`` (its package imported first); with ``profile``, also prints JAX's
+    seconds per test file (:func:`print_profile`)."""
     with tempfile.TemporaryDirectory(prefix="jax-cache-") as cache:
-        env = dict(os.environ, FEDJAX_SC_TEST_JAX_CACHE=cache)
+        env = dict(os.environ, FEDJAX_SC_TEST_JAX_CACHE=cache, PYTHONPATH=os.pathsep.join(
+            [str(root), os.environ.get("PYTHONPATH", "")]))
         plugin = []
         if profile:
             env.update(FEDJAX_SC_COMPILE_PROFILE=cache, PYTHONPATH=os.pathsep.join(
-                [str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")]))
+                [str(ROOT / "benchmarks"), env["PYTHONPATH"]]))
             plugin = ["-p", "compile_profile"]
         start = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               *plugin, *xdist, *paths], cwd=ROOT, env=env, capture_output=True,
+                               *plugin, *xdist, *paths], cwd=root, env=env, capture_output=True,
                               text=True)
         seconds = time.perf_counter() - start
         if profile:
@@ -87,7 +94,12 @@ def main(argv: list[str] | None = None) -> int:
                         "lowering and compiling seconds per test file (compile_profile.py)")
     parser.add_argument("--tests", type=int, default=0, metavar="N", help="with --profile, "
                         "also the N slowest tests alone")
+    parser.add_argument("--against", metavar="REV", help="time the workers' run in a git "
+                        "worktree of REV too, alternately with this tree, and print the ratio")
+    parser.add_argument("--repeat", type=int, default=1, help="with --against: runs of each")
     args = parser.parse_args(argv)
+    if args.against:
+        return compare(args)
     runs = {"one process": [],
             f"{args.workers} workers": ["-n", str(args.workers), "--dist", "loadfile"]}
     if args.workers_only:
@@ -101,6 +113,33 @@ def main(argv: list[str] | None = None) -> int:
         one, many = seconds.values()
         print(f"speed-up of {args.workers} workers over one process: x{one / many:.2f} "
               f"({' '.join(args.paths)}; {os.cpu_count()} CPUs)")
+    return 1 if failed else 0
+
+
+def compare(args: argparse.Namespace) -> int:
+    """``--against``: the workers' run in REV's worktree and in this tree, alternately."""
+    xdist = ["-n", str(args.workers), "--dist", "loadfile"]
+    seconds: dict[str, list[float]] = {args.against: [], "this tree": []}
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="suite-time-") as folder:
+        before = Path(folder) / "before"
+        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(before), args.against],
+                       cwd=ROOT, check=True)
+        # byte-compiled beforehand, as this tree is: not part of either run's time
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(before / "fedjax_sc"),
+                        str(before / "tests")], check=True)
+        try:
+            for _ in range(args.repeat):
+                for name, root in ((args.against, before), ("this tree", ROOT)):
+                    t, code, last = timed_run(args.paths, xdist, root=root)
+                    failed |= code != 0
+                    seconds[name].append(t)
+                    print(f"{name:>12}: {t:7.1f} s wall, cold cache | {last}", flush=True)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT)
+    old, new = (sum(v) / len(v) for v in seconds.values())
+    print(f"this tree / {args.against}: x{new / old:.2f} ({old:.1f} s -> {new:.1f} s, mean of "
+          f"{args.repeat}; {' '.join(args.paths)}; {args.workers} workers)")
     return 1 if failed else 0
 
 
