@@ -128,6 +128,11 @@ def _parser() -> argparse.ArgumentParser:
                    "runs)")
     m.add_argument("run_b", help="another run directory (or folder of seed runs, the same "
                    "seeds) on the same clients and test data")
+    m.add_argument("--over-seeds", action="store_true",
+                   help="pair every seed run of each side, each under the seed its "
+                   "config.json records: the run itself, its seed-<s>/ runs and the "
+                   "<run>-seed<s> runs beside it (runs/feddyn with runs/feddyn-seed1, ...; "
+                   "default: off, a run directory is one run)")
     m.add_argument("--personal", action="store_true",
                    help="compare the personalised models before fine-tuning (shared + "
                    "private leaves), e.g. for FedPer (default: off, the global models)")

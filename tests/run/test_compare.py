@@ -101,6 +101,46 @@ def test_compare_over_paired_seeds_means_the_pairs_and_widens_the_interval(runs,
         compare(side_b, b_dir, log=_quiet)
 
 
+def test_over_seeds_pairs_a_run_and_its_seed_runs_beside_it_by_their_configs(runs, tmp_path,
+                                                                              capsys):
+    """``train --out runs/m`` for seed 0 and ``runs/m-seed<s>`` for the others: with
+    --over-seeds the run itself joins its -seed<s> runs, each under its config's seed, and the
+    figures are those of the same runs as a folder of seed-<s> runs."""
+    (a0_dir, _), (b_dir, _) = runs["fedavg"], runs["kteps"]
+    a1_dir, b1_dir = tmp_path / "fedavg-seed1", tmp_path / "kteps-seed1"
+    train(TrainConfig(**TINY, seed=1, out=str(a1_dir)), log=_quiet)
+    train(TrainConfig(**TINY, furl_dim=2, seed=1, algorithm="kteps", out=str(b1_dir)),
+          log=_quiet)
+    for name, run in (("fedavg", a0_dir), ("kteps", b_dir)):
+        shutil.copytree(run, tmp_path / name)  # beside its seed-1 run
+    folders = {}
+    for name, seed_runs in (("A", (a0_dir, a1_dir)), ("B", (b_dir, b1_dir))):
+        folders[name] = tmp_path / name
+        folders[name].mkdir()
+        for s, run in enumerate(seed_runs):
+            (folders[name] / f"seed-{s}").symlink_to(run)
+    r = compare(tmp_path / "fedavg", tmp_path / "kteps", over_seeds=True, resamples=300,
+                log=_quiet)
+    same = compare(folders["A"], folders["B"], resamples=300, log=_quiet)
+    assert r["seeds"] == ["seed-0", "seed-1"]
+    for key in ("diff", "low", "high", "Ag_a", "Ag_b"):
+        assert r[key] == same[key]
+    assert r["per_seed"] == same["per_seed"]
+    # without the flag a run directory is one run, and the refusal names the flag
+    with pytest.raises(ValueError, match=r"holds one run and .* holds seed-0, seed-1: .*"
+                                         r"--over-seeds"):
+        compare(tmp_path / "fedavg", folders["B"], log=_quiet)
+    # a seed-<s> name whose config records another seed: the config decides, and two runs
+    # of one seed are refused by name
+    shutil.copytree(a0_dir, tmp_path / "fedavg-seed2")
+    with pytest.raises(ValueError, match=r"fedavg.* and .*fedavg-seed2 are both runs of "
+                                         r"seed 0"):
+        compare(tmp_path / "fedavg", tmp_path / "kteps", over_seeds=True, log=_quiet)
+    assert cli.main(["compare", str(tmp_path / "kteps"), str(tmp_path / "kteps"),
+                     "--over-seeds", "--resamples", "20"]) == 0
+    assert "mean over 2 paired seeds" in capsys.readouterr().out
+
+
 def _example(name, *args, monkeypatch, capsys) -> str:
     """What examples/``name`` prints, run in this process as ``python examples/name args``
     (a fresh interpreter would import JAX and compile again)."""

@@ -13,8 +13,9 @@ al. 2021, "Preliminary Steps Towards Federated Sentiment Classification", Eq. 14
 Whether one method beats another is a question about training seeds as well: given two
 folders of seed runs (``<store>/<scene>/<method>/seed-<s>``, or the exported
 ``results/<scene>/<table>/<method>-seed<s>`` named by ``results/<scene>/<table>/<method>``),
-the seeds are paired by name,
-the difference is the mean over the pairs and the interval resamples the pairs as well as
+the seeds are paired by name (with ``over_seeds``, a run ``<path>`` and the ``<path>-seed<s>``
+runs beside it, each under the seed its config records), the difference is the mean over the
+pairs and the interval resamples the pairs as well as
 the test examples (a two-level bootstrap), so it holds both sources of chance.
 
 The models compared are the global ones (Ag) by default; ``personal=True`` compares the
@@ -156,26 +157,43 @@ def write_run_hits(out: str | Path, ap: bool = True, log: Callable[[str], None] 
     return hits_record.write(out, checkpoint_record(out, ap=ap, log=log))
 
 
-def seed_runs(path: str | Path) -> dict[str, Path]:
+def seed_runs(path: str | Path, over_seeds: bool = False) -> dict[str, Path]:
     """The runs under ``path``: ``{"": path}`` for a run directory, or ``{"seed-0": ...,
     "seed-1": ...}`` for a folder of seed runs (a ``reproduce`` store's
     ``<scene>/<method>/``) or for the exported runs ``<path>-seed<s>`` of a method
     (``results/fdu/table3/kteps`` names ``results/fdu/table3/kteps-seed0``, ...), in seed
     order.
 
+    With ``over_seeds`` every run of the method counts, each under the seed its
+    ``config.json`` records: ``path`` itself where it is a run directory, its ``seed-<s>/``
+    runs and the ``<path>-seed<s>`` runs beside it. That reads the layout ``train --out
+    runs/METHOD`` for seed 0 and ``runs/METHOD-seed<s>`` for the others
+    (``results/fdu/beyond-50-rounds/feddyn``, ``feddyn-seed1``, ``feddyn-seed2``).
+
     Raises:
       FileNotFoundError: ``path`` is neither a run directory nor holds ``seed-<s>`` runs, and
         no ``<path>-seed<s>`` run exists.
+      ValueError: (``over_seeds``) two of the runs record the same seed.
     """
     path = Path(path)
-    if (path / "config.json").is_file():
+    is_run = (path / "config.json").is_file()
+    if is_run and not over_seeds:
         return {"": path}
-    found = {int(p.name[5:]): p for p in path.glob("seed-*")
-             if (p / "config.json").is_file() and p.name[5:].isdigit()}
-    if not found:
-        prefix = f"{path.name}-seed"
-        found = {int(p.name[len(prefix):]): p for p in path.parent.glob(f"{prefix}*")
-                 if (p / "config.json").is_file() and p.name[len(prefix):].isdigit()}
+    prefix = f"{path.name}-seed"
+    inside = {int(p.name[5:]): p for p in path.glob("seed-*")
+              if (p / "config.json").is_file() and p.name[5:].isdigit()}
+    beside = {int(p.name[len(prefix):]): p for p in path.parent.glob(f"{prefix}*")
+              if (p / "config.json").is_file() and p.name[len(prefix):].isdigit()}
+    if not over_seeds:
+        found = inside or beside
+    else:
+        found = {}
+        for run in ([path] if is_run else []) + list(inside.values()) + list(beside.values()):
+            seed = int(json.loads((run / "config.json").read_text())["seed"])
+            if seed in found:
+                raise ValueError(f"{found[seed]} and {run} are both runs of seed {seed}: "
+                                 f"--over-seeds pairs one run of each seed")
+            found[seed] = run
     if not found:
         raise FileNotFoundError(f"{path}: not a run directory (no config.json), no "
                                 f"seed-<s>/ runs in it and no {path.name}-seed<s> runs beside "
@@ -186,7 +204,8 @@ def seed_runs(path: str | Path) -> dict[str, Path]:
 def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
             at_round: int | None = None, resamples: int = 10_000, seed: int = 0,
             level: float = 0.95, json_path: str | Path | None = None,
-            log: Callable[[str], None] = print, ap: bool = False) -> dict[str, Any]:
+            log: Callable[[str], None] = print, ap: bool = False,
+            over_seeds: bool = False) -> dict[str, Any]:
     """Ag(A) - Ag(B) (or Ap(A) - Ap(B) with ``ap``) of two runs, or of two methods over
     paired seeds, on the same test examples, with its paired bootstrap interval and the
     per-client differences (see the module docstring).
@@ -202,6 +221,8 @@ def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
       ap: compare the Ap phase's fine-tuned models, per example the share of the n_Z
         evaluations that get it right (from the runs' records, :func:`run_hits`); the
         result's ``Ag_*`` entries then hold Ap (``metric`` says which).
+      over_seeds: pair every seed run of each side, each under the seed its config
+        records (:func:`seed_runs`): ``runs/feddyn`` (seed 0) with ``runs/feddyn-seed1``...
       resamples, seed, level: the bootstrap (:func:`paired_ag_difference`).
       json_path: where to write the result as JSON as well (optional).
       log: where the table goes (Markdown).
@@ -219,11 +240,13 @@ def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
       FileNotFoundError, ValueError: as :func:`seed_runs` and :func:`run_hits`.
     """
     check_bootstrap(resamples, level)  # before the runs are loaded
-    runs_a, runs_b = seed_runs(run_a), seed_runs(run_b)
+    runs_a, runs_b = seed_runs(run_a, over_seeds), seed_runs(run_b, over_seeds)
     if list(runs_a) != list(runs_b):
         name = lambda r: ", ".join(r) or "one run"
+        hint = ("" if over_seeds or "" not in (*runs_a, *runs_b) else
+                " (--over-seeds counts a run directory's <run>-seed<s> runs beside it too)")
         raise ValueError(f"{run_a} holds {name(runs_a)} and {run_b} holds {name(runs_b)}: a "
-                         f"paired comparison needs the same seeds on both sides")
+                         f"paired comparison needs the same seeds on both sides{hint}")
     if ap and personal:
         raise ValueError("--ap compares the fine-tuned models; --personal those before "
                          "fine-tuning: give one of them")
