@@ -8,8 +8,8 @@
 # A run is done when its folder in results/ (this checkout's: RESULTS) holds a report.json, or
 # when its run folder under OUT does (finished, not landed yet: examples/fdu_land.sh lands it);
 # a run folder without one is resumed (--resume), and such unfinished runs go first. Runs go one
-# at a time, so each lands when it finishes; a lane that is already running (its lock under OUT)
-# is not started twice. UNTIL (a date, e.g. UNTIL="today 12:00") stops the lane before a run
+# at a time, so each lands when it finishes; a run another lane is training (its lock under
+# OUT/locks) is skipped, never trained twice at once. UNTIL (a date, e.g. UNTIL="today 12:00") stops the lane before a run
 # that would not finish by then at EST_S seconds a run (default 9000: 50 rounds at 150-200 s on
 # a 2-core machine, alone, and the Ap phase): on a machine whose run folders do not outlive a
 # session, a run started too late is lost work (two lanes side by side took about 200 s a round
@@ -21,6 +21,12 @@
 #   git clone -q . ~/fedjax_runs/lane-code && cd ~/fedjax_runs/lane-code   # a snapshot: edits
 #   nohup setsid bash examples/fdu_queue.sh beyond > ~/fedjax_runs/beyond.out 2>&1 &  # to the
 #                                                           # work tree never reach a running lane
+#
+# Two lanes of one kind may run side by side (each run is locked under OUT/locks while it
+# trains; a lane skips a run another holds), e.g. two of Table 8's cells at once:
+#
+#   for i in 1 2; do nohup setsid bash examples/fdu_queue.sh ablations \
+#       >> ~/fedjax_runs/ablations-$i.out 2>&1 < /dev/null & sleep 5; done
 #
 # ONLY (names as --list prints them, e.g. ONLY="beyond-feddyn-seed1") trains just those runs,
 # in the lane's order: one that fits the session's time alone, ahead of a longer one begun.
@@ -41,16 +47,7 @@ F=${FEDJAX_SC:-"env PYTHONPATH=$PWD /work/main/.venv/bin/python -m fedjax_sc.run
 EST_S=${EST_S:-9000}
 DATA="--scene fdu --data-dir $FDU_DIR --embeddings glove-6b-50d"
 ONE="--seeds 1 --first-seed 0 --no-plots --population-size 1"
-mkdir -p "$R/logs"
-# one lane of a kind at a time: a second would train the same run folder beside the first (a
-# lane left running from an earlier session, on a machine that outlived it)
-if [ -z "$list" ]; then
-  exec 9> "$R/$lane.lock"
-  if ! flock -n 9; then
-    echo "fdu_queue.sh: the $lane lane is already running ($R/$lane.lock is held)" >&2
-    exit 1
-  fi
-fi
+mkdir -p "$R/logs" "$R/locks"
 
 # run NAME DONE_IN RUN_FOLDER ARGS...: one run, unless it is done (in the first pass, only a
 # run whose folder exists: a lane finishes what it began before it starts anything new)
@@ -62,6 +59,15 @@ run() {
   if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
   seen[$name]=1
   if [ -n "$list" ]; then echo "$name"; return; fi
+  # one lane a run: a run another lane holds (a second lane of the same kind, or one left
+  # running from an earlier session on a machine that outlived it) is left to that lane
+  local lock
+  exec {lock}> "$R/locks/$name.lock"
+  if ! flock -n "$lock"; then
+    echo "$(date -u +%FT%TZ) $lane: $name is held by another lane; next" >> "$R/queue.log"
+    exec {lock}>&-
+    return
+  fi
   if [ -n "${UNTIL:-}" ] && [ $(( $(date +%s) + EST_S )) -gt "$(date -d "$UNTIL" +%s)" ]; then
     echo "$(date -u +%FT%TZ) $lane: $name would not finish by $UNTIL; stopped" >> "$R/queue.log"
     exit 0
@@ -71,6 +77,7 @@ run() {
   echo "$(date -u +%FT%TZ) start $name" >> "$R/queue.log"
   nice -n 10 $F "$@" $extra >> "$R/logs/$name.log" 2>&1
   echo "$(date -u +%FT%TZ) end $name rc=$?" >> "$R/queue.log"
+  exec {lock}>&-
 }
 
 # cell TABLE NAME: one cell of a paper table (reproduce resumes a cell's unfinished run itself)
@@ -94,15 +101,16 @@ for pass in resume all; do
 case $lane in
   # cheapest first within a lane, so that a session whose machine keeps no run folder lands
   # what fits in it: Table 8's architectures A and B and Table 7's KTEPS* cost about a KTEPS
-  # round (arch_a_l1-0: 155 s, arch_b_l1-0: 170 s beside a second run), architecture C twice
+  # round (arch_a_l1-0: 155 s, arch_b_l1-0: 170 s beside a second run; on a later machine A
+  # 114 s and B 215 s beside each other, so A's cells go first), architecture C twice
   # that (345 s; results/fdu/table8.md); beyond the paper, Per-FedAvg and pFedMe 1.8x and
   # 2.1x FedAvg's round (results/fdu/beyond-slice-10-rounds), after the other methods' seeds
   ablations)
     for c in kteps_l1-0_l2-0 kteps_l1-0_l2-0.001 kteps_l1-0_l2-0.01 kteps_l1-0.001_l2-0 \
         kteps_l1-0.001_l2-0.001 kteps_l1-0.001_l2-0.01 kteps_l1-0.01_l2-0 \
         kteps_l1-0.01_l2-0.001 kteps; do cell table4 $c; done
-    for l in 0 0.001 0.01 0.1; do
-      for a in a b; do cell table8 "arch_${a}_l1-$l"; done
+    for a in a b; do
+      for l in 0 0.001 0.01 0.1; do cell table8 "arch_${a}_l1-$l"; done
     done
     for d2 in 50 38; do
       for d1 in 1 2 3 6; do
