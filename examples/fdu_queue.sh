@@ -9,14 +9,14 @@
 # when its run folder under OUT does (finished, not landed yet: examples/fdu_land.sh lands it);
 # a run folder without one is resumed (--resume), and such unfinished runs go first. Runs go one
 # at a time, so each lands when it finishes; a run another lane is training (its lock under
-# OUT/locks) is skipped, never trained twice at once. UNTIL (a date, e.g. UNTIL="today 12:00") stops the lane before a run
-# that would not finish by then at EST_S seconds a run (default 9000: 50 rounds at 150-200 s on
-# a 2-core machine, alone, and the Ap phase): on a machine whose run folders do not outlive a
-# session, a run started too late is lost work (two lanes side by side took about 200 s a round
-# each: 2.8 hours a run). SEEDS_OF names the methods whose seeds 1-2 the beyond lane trains
-# after the seed 0 of every method but the two costliest (default: feddyn and scaffold, the
-# methods beyond the paper within 0.5 points of the best Ag or Ap at the time of writing;
-# results/fdu/beyond.md).
+# OUT/locks) is skipped, never trained twice at once. UNTIL (a date, e.g. UNTIL="today 12:00")
+# stops the lane before a run that would not finish by then at EST_S seconds a run (default
+# 9000: 50 rounds at 150-200 s on a 2-core machine, alone, and the Ap phase): on a machine whose
+# run folders do not outlive a session, a run started too late is lost work (two lanes side by
+# side took about 200 s a round each: 2.8 hours a run). SEEDS_OF names the methods whose seeds
+# 1-2 the beyond lane trains after the seed 0 of every method but the two costliest (default:
+# feddyn and scaffold, the methods beyond the paper within 0.5 points of the best Ag or Ap at
+# the time of writing; results/fdu/beyond.md).
 #
 #   git clone -q . ~/fedjax_runs/lane-code && cd ~/fedjax_runs/lane-code   # a snapshot: edits
 #   nohup setsid bash examples/fdu_queue.sh beyond > ~/fedjax_runs/beyond.out 2>&1 &  # to the
