@@ -61,3 +61,35 @@ def test_unknown_private_from_is_refused():
     with pytest.raises(ValueError, match="private_from"):
         init_params(PrivateSharedClassifier(vocab_size=5, embed_dim=2, hidden=2,
                                             private_from="everything"), jax.random.key(0))
+
+
+@pytest.mark.parametrize("private_from,moved", [("classifier", {"embedding", "encoder"}),
+                                                ("encoder", {"embedding"}),
+                                                ("embedding", set())])
+def test_knowledge_transfer_reaches_the_shared_leaves_the_private_branch_reads(private_from,
+                                                                               moved):
+    """lambda1 changes the shared gradient only below where the private branch starts.
+
+    The teacher of Eq. 8 is the shared head's output behind ``stop_gradient``, so the term
+    reaches the shared branch only through the leaves the private branch reads: the word table
+    and BiGRU (A), the word table (B), none (C: the global model does not depend on lambda1).
+    """
+    from fedjax_sc.algorithms.base import Batch
+    from fedjax_sc.algorithms.kteps import kteps_loss
+
+    model = PrivateSharedClassifier(vocab_size=12, embed_dim=4, hidden=3, mlp_hidden=5,
+                                    private_from=private_from, projection=False)
+    params = init_params(model, jax.random.key(1))
+    batch = Batch(TOKENS, jnp.array([0, 1, 1]), jnp.array([True, True, True]))
+
+    def shared_grad(lambda_kt):
+        loss = kteps_loss(model, lambda_kt, 0.0, temperature=2.0, bandwidth=None)
+        g = jax.grad(lambda p: loss(p, batch, None, None)[0])(params)
+        return {k: v for k, v in g.items() if not k.startswith("private_")}
+
+    without, with_kt = shared_grad(0.0), shared_grad(0.5)
+    assert set(without) == {"embedding", "encoder", "shared_classifier"}
+    for name in without:
+        same = jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.allclose(a, b, atol=1e-7)),
+                                         without[name], with_kt[name]))
+        assert same == (name not in moved), name
