@@ -7,7 +7,7 @@
 # tool brings back few files) and the logs' last lines printed.
 #
 # Prepare on the CPU: `bash benchmarks/gpu_carry.sh` (carry/: the corpus, and its vocabulary's
-# GloVe 6B 50d rows as a word-vector file, which gives the same initial table as
+# GloVe 6B 50d rows as a gzipped word-vector file, which gives the same initial table as
 # --embeddings glove-6b-50d). On the device (carry: ["carry"]), one call per step or two:
 #   PYTHONPATH=$PWD OUT=$OUT STEP_S=540 bash examples/gpu_campaign.sh table8
 #   PYTHONPATH=$PWD OUT=$OUT bash examples/gpu_campaign.sh \
@@ -19,8 +19,9 @@
 # decayed-LR experiment on Table 5's cliff: KTEPS, LR decayed tenfold over the rounds, Ap at
 # mu 0.01, 0.1 and 1; folder exp-lr-decay).
 # Each reproduce step, and each method of a beyond step, is one job; PARALLEL=N runs N jobs
-# at once (an FDU round left an H200 idle 96 % of its time, bound by kernel launches,
-# docs/benchmarks.md: processes side by side may fill it; not measured yet). A job gets what
+# at once, which does not pay: seven side by side on an H200 each ran about seven times
+# slower than alone, the GPU shared in turn (docs/benchmarks.md), so keep the default 1 and
+# name the most wanted steps first: each finished job comes back whole. A job gets what
 # is left of $STEP_S seconds (default 540) under `timeout`; an interrupted population brings
 # back its metrics so far. Land the runs on the CPU with examples/land_device_runs.py
 # (docs/reproducing.md).
@@ -31,7 +32,7 @@ WORK=${WORK:-/tmp/campaign}
 PY=${PYTHON:-python3}
 STEP_S=${STEP_S:-540}
 FDU_DIR=${FDU_DIR:-carry/fdu-mtl}
-GLOVE=${GLOVE:-carry/fdu-glove50.txt}
+GLOVE=${GLOVE:-carry/fdu-glove50.txt.gz}
 POP=${POP:-16}
 PARALLEL=${PARALLEL:-1}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}

@@ -135,14 +135,19 @@ def checkpoint_manager(folder: Path, *, keep: int | None = None,
     Its handler is orbax's PyTree handler with host NumPy arrays written as they are: orbax's
     default copies each one first (a guard against a caller that changes it while an
     asynchronous save runs), which doubled the peak memory of a run whose client states live
-    on the host. :func:`save_checkpoint` waits for the save before anything writes the states
+    on the host (where the installed orbax has no such option, its default copy is kept).
+    :func:`save_checkpoint` waits for the save before anything writes the states
     again. The files are the standard ones: a folder saved by ``StandardSave`` restores here
     and the other way round.
     """
     th = ocp.type_handlers
+    try:
+        numpy_handler = th.NumpyHandler(deepcopy_host_arrays=False)
+    except TypeError:  # an orbax without the option (older releases): its default, the copy
+        numpy_handler = th.NumpyHandler()
     handlers = th.create_type_handler_registry(  # orbax's own, but for NumPy arrays
         *[(t, th.get_type_handler(t)) for t in (int, float, bytes, np.number, jax.Array, str)],
-        (np.ndarray, th.NumpyHandler(deepcopy_host_arrays=False)))
+        (np.ndarray, numpy_handler))
     return ocp.CheckpointManager(
         folder, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=create),
         item_handlers=ocp.PyTreeCheckpointHandler(type_handler_registry=handlers))

@@ -308,3 +308,30 @@ def test_a_folder_saved_by_orbaxs_standard_handler_restores_verified(tmp_path):
     chex.assert_trees_all_equal((state, clients), (saved.state, saved.client_states))
     private = jax.tree.leaves(clients.private)  # FedPer's classifier, per client, on the host
     assert private and all(isinstance(x, np.ndarray) for x in private)
+
+
+def test_an_orbax_without_the_no_copy_option_still_checkpoints(tmp_path, monkeypatch):
+    # an orbax whose NumpyHandler takes no deepcopy_host_arrays (older releases, as on one
+    # accelerator image) keeps its default copy: the checkpoints are the same files
+    import chex
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    from fedjax_sc.run import setup
+    original = ocp.type_handlers.NumpyHandler
+
+    class Older(original):
+        def __init__(self, **kwargs):
+            if "deepcopy_host_arrays" in kwargs:
+                raise TypeError("NumpyHandler.__init__() got an unexpected keyword argument "
+                                "'deepcopy_host_arrays'")
+            super().__init__(**kwargs)
+
+    monkeypatch.setattr(ocp.type_handlers, "NumpyHandler", Older)
+    tree = {"host": np.arange(6, dtype=np.float32).reshape(2, 3), "ids": np.arange(4)}
+    ckpt = setup.checkpoint_manager(tmp_path / "ckpt", create=True)
+    ckpt.save(1, args=ocp.args.PyTreeSave(tree))
+    ckpt.wait_until_finished()
+    restored = ocp.CheckpointManager(tmp_path / "ckpt").restore(
+        1, args=ocp.args.StandardRestore(tree))
+    chex.assert_trees_all_equal(restored, tree)
