@@ -106,7 +106,8 @@ def test_padding_to_the_sampled_clients_gives_the_global_padding_params(algorith
     scattered, clients of 1..12 examples: every padding trains the same model (the padded
     steps are masked no-ops), up to float32 rounding: XLA may fuse the programs of other
     shapes differently (1 ulp of the parameters; SCAFFOLD's c_i, a difference of nearly equal
-    parameters over K eta, moves by up to 2e-9 absolute)."""
+    parameters over K eta, moves by that ulp over K eta: 2e-9 to 2.2e-8 absolute seen, so its
+    state is held to 1e-6, far below the 0.1-0.4 of the entries a wrong mask would move)."""
     from fedjax_sc.core import round as rnd
     from fedjax_sc.core.feed import CompiledRounds
     from fedjax_sc.data.scenes import build_scene
@@ -138,8 +139,11 @@ def test_padding_to_the_sampled_clients_gives_the_global_padding_params(algorith
     assert set(widths["global"]) == {12} and min(widths["bucket"]) < 12
     assert all(b >= s for b, s in zip(widths["bucket"], widths["sampled"]))
     for padding in ("sampled", "bucket"):
-        for x, y in zip(jax.tree.leaves(out["global"]), jax.tree.leaves(out[padding])):
-            np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-8)
+        state_atol = 1e-6 if algorithm == "scaffold" else 1e-8  # c_i, or private leaves
+        for part, atol in ((0, 1e-8), (1, state_atol)):  # the parameters, the clients' part
+            for x, y in zip(jax.tree.leaves(out["global"][part]),
+                            jax.tree.leaves(out[padding][part])):
+                np.testing.assert_allclose(x, y, rtol=1e-6, atol=atol)
     assert len(step.programs) == len(set(widths["global"] + widths["sampled"]
                                          + widths["bucket"]))
 
