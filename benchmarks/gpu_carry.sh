@@ -18,5 +18,5 @@ scene = load_scene(TrainConfig(scene="fdu", data_dir="carry/fdu-mtl").resolved()
 n = write_word_vectors("carry/fdu-glove50.txt", scene.vocab, glove_6b_50d(scene.vocab))
 print(f"carry/fdu-glove50.txt.gz: {n} words")
 PY
-gzip -f carry/fdu-glove50.txt  # read as it is (.gz): the working tree that travels is 64 MiB
+gzip -f carry/fdu-glove50.txt  # read as it is (.gz): what travels to the device is 64 MiB at most
 du -sh carry
