@@ -6,8 +6,10 @@
 # figure anew (examples/beyond_table.py, against the committed FedAvg, FedPer and KTEPS seed-0
 # runs). A run already in results/ with its report is left as it is; an unfinished one is not
 # touched, unless UNFINISHED=1: then a table's unfinished cells are exported too (their rounds
-# so far; the table shows "unfinished: round N/50"), so a session's progress lands even where
-# the machine and its run folders may not outlive it. Prints what it landed; results/fdu/
+# so far; the table shows "unfinished: round N/50"), and an unfinished method beyond the paper
+# as its config.json and metrics.jsonl (no report: no table reads it until it finishes and
+# lands whole), so a session's progress lands even where the machine and its run folders may
+# not outlive it. Prints what it landed; results/fdu/
 # beyond.md's prose is written by hand.
 #
 #   bash examples/fdu_land.sh && git status --short results/
@@ -49,6 +51,15 @@ for report in "$R"/beyond50/*/report.json; do
   echo "$(basename "$run"): landed in $dest"
   new=1
 done
+if [ "${UNFINISHED:-0}" = 1 ]; then
+  for metrics in "$R"/beyond50/*/metrics.jsonl; do
+    run=$(dirname "$metrics")
+    dest="$B/$(basename "$run")"
+    [ -f "$run/report.json" ] || [ -f "$dest/report.json" ] && continue
+    mkdir -p "$dest" && cp "$run/config.json" "$metrics" "$dest/"
+    echo "$(basename "$run"): unfinished, its rounds so far in $dest"
+  done
+fi
 if [ -n "$new" ]; then
   methods="fedavg fedper kteps"
   for m in scaffold ditto feddyn fedrod fedbabu fedrep apfl moon per_fedavg pfedme; do
