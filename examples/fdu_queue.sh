@@ -96,6 +96,15 @@ method() {
     train $DATA --algorithm "$m" --seed "$s" --out "$R/beyond50/$dir" $extra
 }
 
+# variant DIR NAME FLAGS...: a method beyond the paper at seed 0 with other settings than its
+# defaults, in its own folder (APFL with alpha fixed at 0.5, its authors' README command: the
+# learned alpha went to 1 on every client, results/fdu/beyond.md)
+variant() {
+  local dir=$1 m=$2; shift 2
+  run "beyond-$dir" "$RESULTS/beyond-50-rounds/$dir" "$R/beyond50/$dir" \
+    train $DATA --algorithm "$m" --seed 0 --out "$R/beyond50/$dir" "$@"
+}
+
 declare -A seen
 for pass in resume all; do
 case $lane in
@@ -124,7 +133,8 @@ case $lane in
     for m in ${SEEDS_OF:-feddyn scaffold}; do
       for s in 1 2; do method "$m" "$s"; done
     done
-    for m in per_fedavg pfedme; do method $m 0; done ;;
+    for m in per_fedavg pfedme; do method $m 0; done
+    variant apfl-fixed-alpha apfl --apfl-alpha-lr 0 ;;
   *) echo "fdu_queue.sh: unknown lane '$lane' (ablations or beyond)" >&2; exit 2 ;;
 esac
 done
