@@ -21,9 +21,10 @@ def test_the_readme_snippet_runs_as_printed():
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     assert len(code.strip().splitlines()) <= 15
     # a fresh interpreter, as a reader who pastes it: nothing imported or set by the suite
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
-             if not f.startswith("--xla_backend_optimization_level")]
-    env = dict(os.environ, XLA_FLAGS=" ".join([*flags, RUN_XLA_FLAGS]))
+    # (the suite's level 0 only: XLA's defaults, FEDJAX_SC_TEST_XLA_OPT=1, stay as they are)
+    flags = [RUN_XLA_FLAGS if f == "--xla_backend_optimization_level=0" else f
+             for f in os.environ.get("XLA_FLAGS", "").split()]
+    env = dict(os.environ, XLA_FLAGS=" ".join(flags))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, cwd=README.parent, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
