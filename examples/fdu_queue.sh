@@ -86,23 +86,20 @@ cell() {
     reproduce "$1" $DATA $ONE --methods "$2" --out "$R/reproduce-$1"
 }
 
-# method NAME SEED: one method beyond the paper; FedRep with 25 head steps a round (the short
-# grid of results/fdu/beyond.md), the others with their authors' defaults
-method() {
-  local m=$1 s=$2 dir=$1 extra=""
-  [ "$s" = 0 ] || dir="$m-seed$s"
-  [ "$m" = fedrep ] && extra="--rep-head-steps 25"
+# beyond DIR NAME SEED FLAGS...: a method beyond the paper in its own folder
+beyond() {
+  local dir=$1 m=$2 s=$3; shift 3
   run "beyond-$dir" "$RESULTS/beyond-50-rounds/$dir" "$R/beyond50/$dir" \
-    train $DATA --algorithm "$m" --seed "$s" --out "$R/beyond50/$dir" $extra
+    train $DATA --algorithm "$m" --seed "$s" --out "$R/beyond50/$dir" "$@"
 }
 
-# variant DIR NAME FLAGS...: a method beyond the paper at seed 0 with other settings than its
-# defaults, in its own folder (APFL with alpha fixed at 0.5, its authors' README command: the
-# learned alpha went to 1 on every client, results/fdu/beyond.md)
-variant() {
-  local dir=$1 m=$2; shift 2
-  run "beyond-$dir" "$RESULTS/beyond-50-rounds/$dir" "$R/beyond50/$dir" \
-    train $DATA --algorithm "$m" --seed 0 --out "$R/beyond50/$dir" "$@"
+# method NAME SEED: with its authors' defaults, but FedRep's 25 head steps a round (the short
+# grid of results/fdu/beyond.md)
+method() {
+  local dir=$1
+  [ "$2" = 0 ] || dir="$1-seed$2"
+  if [ "$1" = fedrep ]; then beyond "$dir" "$1" "$2" --rep-head-steps 25
+  else beyond "$dir" "$1" "$2"; fi
 }
 
 declare -A seen
@@ -134,7 +131,9 @@ case $lane in
       for s in 1 2; do method "$m" "$s"; done
     done
     for m in per_fedavg pfedme; do method $m 0; done
-    variant apfl-fixed-alpha apfl --apfl-alpha-lr 0 ;;
+    # APFL with alpha fixed at 0.5, its authors' README command (the learned alpha went to 1
+    # on every client: results/fdu/beyond.md)
+    beyond apfl-fixed-alpha apfl 0 --apfl-alpha-lr 0 ;;
   *) echo "fdu_queue.sh: unknown lane '$lane' (ablations or beyond)" >&2; exit 2 ;;
 esac
 done
