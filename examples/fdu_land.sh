@@ -8,12 +8,12 @@
 # touched, unless UNFINISHED=1: then a table's unfinished cells are exported too (their rounds
 # so far; the table shows "unfinished: round N/50"), and an unfinished method beyond the paper
 # as its config.json and metrics.jsonl (no report: no table reads it until it finishes and
-# lands whole), so a session's progress lands even where the machine and its run folders may
+# lands whole), so a sitting's progress lands even where the machine and its run folders may
 # not outlive it. Prints what it landed; results/fdu/
 # beyond.md's prose is written by hand.
 #
 #   bash examples/fdu_land.sh && git status --short results/
-#   UNFINISHED=1 bash examples/fdu_land.sh      # at the end of a session, a run still going
+#   UNFINISHED=1 bash examples/fdu_land.sh      # at the end of a sitting, a run still going
 #
 # OUT (default ~/fedjax_runs) and PYTHON (default /work/main/.venv/bin/python) may be set.
 set -eu

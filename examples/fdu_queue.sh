@@ -1,8 +1,9 @@
 #!/bin/bash
 # The 50-round FDU-MTL runs that results/fdu/ still lacks, as one background lane each:
 #
-#   bash examples/fdu_queue.sh ablations   # Table 4's cells, then Table 8's, then Table 7's
-#   bash examples/fdu_queue.sh beyond      # the methods beyond the paper, then their seeds 1-2
+#   bash examples/fdu_queue.sh ablations   # Table 4, Table 8's A and B, Table 7, Table 8's C
+#   bash examples/fdu_queue.sh beyond      # the methods beyond the paper, seeds 1-2 of the best,
+#                                          # then Per-FedAvg, pFedMe and APFL with alpha fixed
 #   bash examples/fdu_queue.sh ablations --list   # what it would train, in order, and stop
 #
 # A run is done when its folder in results/ (this checkout's: RESULTS) holds a report.json, or
@@ -12,7 +13,7 @@
 # OUT/locks) is skipped, never trained twice at once. UNTIL (a date, e.g. UNTIL="today 12:00")
 # stops the lane before a run that would not finish by then at EST_S seconds a run (default
 # 9000: 50 rounds at 150-200 s on a 2-core machine, alone, and the Ap phase): on a machine whose
-# run folders do not outlive a session, a run started too late is lost work (two lanes side by
+# run folders are lost with it, a run started too late is lost work (two lanes side by
 # side took about 200 s a round each: 2.8 hours a run). SEEDS_OF names the methods whose seeds
 # 1-2 the beyond lane trains after the seed 0 of every method but the two costliest (default:
 # feddyn and scaffold, the methods beyond the paper within 0.5 points of the best Ag or Ap at
@@ -29,7 +30,7 @@
 #       >> ~/fedjax_runs/ablations-$i.out 2>&1 < /dev/null & sleep 5; done
 #
 # ONLY (names as --list prints them, e.g. ONLY="beyond-feddyn-seed1") trains just those runs,
-# in the lane's order: one that fits the session's time alone, ahead of a longer one begun.
+# in the lane's order: one that fits the time left alone, ahead of a longer one begun.
 #
 # FDU_DIR (default /work/shared/data/fdu-mtl), OUT (default ~/fedjax_runs), RESULTS (default
 # this checkout's results/) and FEDJAX_SC (the command; default this checkout's code with the
@@ -60,7 +61,7 @@ run() {
   seen[$name]=1
   if [ -n "$list" ]; then echo "$name"; return; fi
   # one lane a run: a run another lane holds (a second lane of the same kind, or one left
-  # running from an earlier session on a machine that outlived it) is left to that lane
+  # running from an earlier sitting on a machine that outlived it) is left to that lane
   local lock
   exec {lock}> "$R/locks/$name.lock"
   if ! flock -n "$lock"; then
@@ -105,11 +106,11 @@ method() {
 declare -A seen
 for pass in resume all; do
 case $lane in
-  # cheapest first within a lane, so that a session whose machine keeps no run folder lands
+  # cheapest first within a lane, so that a sitting whose machine keeps no run folder lands
   # what fits in it: Table 8's architectures A and B and Table 7's KTEPS* cost about a KTEPS
   # round (arch_a_l1-0: 155 s, arch_b_l1-0: 170 s beside a second run; on a later machine A
-  # 114 s and B 215 s beside each other, so A's cells go first), architecture C twice
-  # that (345 s; results/fdu/table8.md); beyond the paper, Per-FedAvg and pFedMe 1.8x and
+  # 114 s and B 215 s beside each other, so A's cells go first), architecture C
+  # 174 s in its first ten rounds (results/fdu/table8.md); beyond the paper, Per-FedAvg and pFedMe 1.8x and
   # 2.1x FedAvg's round (results/fdu/beyond-slice-10-rounds), after the other methods' seeds
   ablations)
     for c in kteps_l1-0_l2-0 kteps_l1-0_l2-0.001 kteps_l1-0_l2-0.01 kteps_l1-0.001_l2-0 \
