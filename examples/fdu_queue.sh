@@ -30,7 +30,7 @@
 #       >> ~/fedjax_runs/ablations-$i.out 2>&1 < /dev/null & sleep 5; done
 #
 # ONLY (names as --list prints them, e.g. ONLY="beyond-feddyn-seed1") trains just those runs,
-# in the lane's order: one that fits the time left alone, ahead of a longer one begun.
+# in the lane's order: a run that fits the time left goes alone, ahead of a longer one begun.
 #
 # FDU_DIR (default /work/shared/data/fdu-mtl), OUT (default ~/fedjax_runs), RESULTS (default
 # this checkout's results/) and FEDJAX_SC (the command; default this checkout's code with the
