@@ -110,8 +110,9 @@ case $lane in
   # what fits in it: Table 8's architectures A and B and Table 7's KTEPS* cost about a KTEPS
   # round (arch_a_l1-0: 155 s, arch_b_l1-0: 170 s beside a second run; on a later machine A
   # 114 s and B 215 s beside each other, so A's cells go first), architecture C 174 s in its
-  # first ten rounds (results/fdu/table8.md); beyond the paper, Per-FedAvg and pFedMe 1.8x and
-  # 2.1x FedAvg's round (results/fdu/beyond-slice-10-rounds), after the other methods' seeds
+  # first ten rounds (results/fdu/table8.md); beyond the paper, Per-FedAvg (113 s alone, MOON
+  # 163 s on that machine) and pFedMe (2.1x FedAvg's round on the 10-round slice,
+  # results/fdu/beyond-slice-10-rounds), after the other methods' seeds
   ablations)
     for c in kteps_l1-0_l2-0 kteps_l1-0_l2-0.001 kteps_l1-0_l2-0.01 kteps_l1-0.001_l2-0 \
         kteps_l1-0.001_l2-0.001 kteps_l1-0.001_l2-0.01 kteps_l1-0.01_l2-0 \
