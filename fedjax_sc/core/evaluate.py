@@ -287,7 +287,10 @@ def paired_ag_difference(hits_a: Any, hits_b: Any, mask: Any, resamples: int = 1
     draws /= real.size
     tail = (1.0 - level) / 2
     low, high = np.quantile(draws, [tail, 1.0 - tail])
-    ahead = per_client[real]
+    # a client's mean over the seeds is a whole number of examples (or of evaluations, for
+    # shares of n_Z) over n_k: a nonzero one is at least 1 / (n_k S n_Z), far above the
+    # rounding that can leave a tie (-3, +2, +1 examples) at 1e-19
+    ahead = np.where(np.abs(per_client[real]) < 1e-12, 0.0, per_client[real])
     return {"diff": float(np.nanmean(per_client)), "low": float(low), "high": float(high),
             "per_client": per_client,
             "per_seed": [float(np.nanmean(x)) for x in per_seed_client],

@@ -55,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Runs every method Table 2-8 needs, one run directory per method and seed "
         "under --out/<scene>/ (finished runs are skipped, unfinished ones resumed), then "
         "prints and writes <table>.md (and PNG figures for Tables 2-3). Every train option "
-        "applies to each run. --quick: 1 round, n_Z = 5, 1 seed; otherwise the scene's paper "
+        "but the per-run ones (the algorithm, a grid, the run folder, tracking, a table "
+        "scene's files) applies to each run. --quick: 1 round, n_Z = 5, 1 seed; otherwise the scene's paper "
         "settings and 3 seeds. Presets: " + presets,
         formatter_class=_HelpFormatter)
     q.add_argument("table", choices=TABLES)
@@ -85,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--status", action="store_true",
                    help="train nothing: print each run's state in the store (finished, its "
                    "last round, not started) and the runs not finished, for --methods")
-    q.set_defaults(out=None, ap_evals=None, data_dir=None, embeddings="glove-6b-50d")
+    q.set_defaults(out=None, data_dir=None, embeddings="glove-6b-50d")
     x = sub.add_parser(
         "results", help="results as data: export a store's runs (small files only) into "
         "results/, or regenerate a table and its figure from results/ alone; hits: write "
@@ -98,10 +99,11 @@ def _parser() -> argparse.ArgumentParser:
                    "before training wrote it), for fedjax-sc compare without checkpoints; "
                    "the run's Ap phase is redone from its last checkpoint (minutes on FDU)")
     x.add_argument("--csv", metavar="FILE", help="export: write the runs' per-round, "
-                   "per-client metrics as one tidy CSV (run, phase, round, t, client, metric, "
-                   "value; for pandas)")
+                   "per-client metrics as one tidy CSV (run, seed, then one column per grid "
+                   "setting of a population, phase, round, t, client, metric, value; for "
+                   "pandas)")
     x.add_argument("--table", choices=TABLES, help="the table (required but with --csv)")
-    x.add_argument("--scene", default="fdu")
+    x.add_argument("--scene", default="fdu", help="the scene whose tables are meant")
     x.add_argument("--dest", default="results", help="the results folder")
     x.add_argument("--store", help="export: the results store of fedjax-sc reproduce --out")
     x.add_argument("--methods", nargs="+", help="export: the methods (runs) to export")
@@ -157,7 +159,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--band", type=int, nargs=2, action="append", metavar=("D1", "D2"),
                    help="a PCA band to probe; repeat for several (default: the run's)")
     r.add_argument("--sigma", type=float, help="upload noise std (default: the run's)")
-    r.add_argument("--top-k", type=int, nargs="+", default=[10, 20, 50, 100])
+    r.add_argument("--top-k", type=int, nargs="+", default=[10, 20, 50, 100],
+                   help="the sizes of the nearest-neighbour lists compared")
     return p
 
 
@@ -199,9 +202,6 @@ def _train(args: dict) -> None:
 
 
 def _reproduce(args: dict) -> None:
-    import os
-    from pathlib import Path
-
     from fedjax_sc.run.paper.reproduce import FULL_SEEDS, QUICK, reproduce
     from fedjax_sc.run.train import TrainConfig
     table, quick, plots = args.pop("table"), args.pop("quick"), args.pop("plots")

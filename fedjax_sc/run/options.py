@@ -59,7 +59,8 @@ class _AlgorithmOption(argparse.Action):
 
 def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     """The options of one run; ``grid``: those shared by every run of a reproduction."""
-    t.add_argument("--scene", choices=SCENES, default=default("scene"))
+    t.add_argument("--scene", choices=SCENES, default=default("scene"),
+                   help="the clients and their data")
     t.add_argument("--data-dir", help="corpus directory (fdu: the FDU-MTL folder; iyy: the "
                    "Tang et al. 2015 .ss files)")
     if not grid:
@@ -82,10 +83,12 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                        "builder reads as context.options[NAME]: an int, a float or a string "
                        "(repeat for several; --grid NAME=V1,V2 varies one in a population)")
     t.add_argument("--rounds", type=int, help="federated rounds (paper: 50 fdu, 20 iyy)")
-    t.add_argument("--local-epochs", type=int, default=default("local_epochs"))
+    t.add_argument("--local-epochs", type=int, default=default("local_epochs"),
+                   help="passes over its data a client makes each round")
     t.add_argument("--batch-size", type=int, help="local batch size (paper: 8 fdu, 64 iyy)")
     t.add_argument("--lr", type=float, help="client learning rate (paper: 0.01 fdu, 0.1 iyy)")
-    t.add_argument("--momentum", type=float, default=default("momentum"))
+    t.add_argument("--momentum", type=float, default=default("momentum"),
+                   help="momentum of the client SGD")
     t.add_argument("--embedding-lr", type=float, help="separate learning rate of the word "
                    "embeddings (paper's IYY setting: 0.01 with --lr 0.1)")
     t.add_argument("--lr-schedule", default=default("lr_schedule"), metavar="SPEC",
@@ -221,7 +224,9 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     a.add_argument("--no-ap", dest="ap", action="store_false",
                    help="skip the fine-tuning phase after the last round (default: off, "
                    "the phase runs)")
-    a.add_argument("--ap-evals", type=int, default=default("ap_evals"), help="n_Z: evaluations")
+    a.add_argument("--ap-evals", type=int, default=None if grid else default("ap_evals"),
+                   help="n_Z: evaluations" + (f" (default: {default('ap_evals')}; --quick's "
+                                              "with --quick)" if grid else ""))
     a.add_argument("--ap-steps", type=int, default=default("ap_steps"),
                    help="z: fine-tuning steps between evaluations")
     a.add_argument("--ap-lr-mult", type=float, default=default("ap_lr_mult"),
@@ -229,7 +234,8 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     a.add_argument("--ap-mode", help="inference mode of Ap: s, p or sp for two-branch "
                    "models (default: the algorithm's: sp for kteps/arch_*/pfl_da, full "
                    "otherwise)")
-    t.add_argument("--seed", type=int, default=default("seed"))
+    t.add_argument("--seed", type=int, default=default("seed"),
+                   help="the seed of the initial model, the data order and the noise")
     t.add_argument("--embeddings", default=default("embeddings"),
                    metavar="{random,glove-6b-50d,PATH}",
                    help="initial word embeddings: random, glove-6b-50d (needs "
@@ -258,7 +264,8 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     t.add_argument("--dense-embedding", dest="local_vocab", action="store_false",
                    help="train the whole [V, d] table on every client instead of only its "
                    "local-vocabulary rows (same result, slower; default: off)")
-    t.add_argument("--synthetic-clients", type=int, default=default("synthetic_clients"))
+    t.add_argument("--synthetic-clients", type=int, default=default("synthetic_clients"),
+                   help="clients of the synthetic scene")
     t.add_argument("--synthetic-train", type=int, default=default("synthetic_train"),
                    help="train reviews per client")
     t.add_argument("--synthetic-test", type=int, default=default("synthetic_test"),

@@ -114,6 +114,19 @@ def test_paired_ag_difference_over_seeds_holds_the_seeds_spread():
         paired_ag_difference(a, b[:2], mask)
 
 
+def test_a_client_level_over_the_seeds_is_a_tie_not_a_win():
+    # A's seeds get 3 fewer, 2 more and 1 more of client 0's 400 reviews right than B's: the
+    # mean difference is 0 exactly, though (-3 + 2 + 1) / 400 / 3 in floats is 1e-19
+    n, mask = 400, np.ones((2, 400), bool)
+    b = np.zeros((3, 2, n), bool)
+    a = b.copy()
+    a[0, 0, :3], b[0, 0, :3] = False, True
+    a[1, 0, :2], a[2, 0, :1] = True, True
+    a[:, 1, :1] = True  # A ahead on client 1 with every seed
+    r = paired_ag_difference(a, b, mask, resamples=10)
+    assert (r["wins"], r["losses"], r["ties"]) == (1, 0, 1)
+
+
 @settings(max_examples=20, deadline=None)
 @given(data=st.data())
 def test_paired_difference_of_scores_in_0_1_reduces_to_hits_and_averages_them(data):
