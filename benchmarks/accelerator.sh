@@ -25,6 +25,13 @@
 #   PYTHONPATH=$PWD OUT=$OUT bash benchmarks/accelerator.sh devices speed
 #   PYTHONPATH=$PWD OUT=$OUT FDU_DIR=data/fdu-mtl bash benchmarks/accelerator.sh profile fdu
 set -u
+# a corpus or vector file named but absent is an error, not a quiet fall-back to random rows
+for named in FDU_DIR GLOVE; do
+  if [ -n "${!named:-}" ] && [ ! -e "${!named}" ]; then
+    echo "benchmarks/accelerator.sh: $named=${!named}: no such file or folder" >&2
+    exit 2
+  fi
+done
 OUT=${OUT:-benchmarks-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}

@@ -53,9 +53,10 @@ def dp_gradient(leaf_rules: Mapping[str, str | Sequence[str]] | None, l2_norm_cl
       noise_multiplier: z >= 0; the noise std on the summed clipped gradient is z * C.
 
     Returns:
-      ``factory(client_loss) -> grad_fn`` with ``grad_fn(params, batch, rng) -> ((loss, aux),
-      grads)``; ``aux`` gains ``dp_clipped_fraction``, the share of the batch's real examples
-      whose gradient norm exceeded C.
+      ``factory(bound_loss) -> grad_fn`` (the loss with the client's start bound) with
+      ``grad_fn(params, batch, rng) -> ((loss, aux), grads)``; ``aux`` gains
+      ``dp_clipped_fraction``, the share of the batch's real examples whose gradient norm
+      exceeded C.
 
     Raises:
       ValueError: C <= 0 or z < 0.

@@ -51,8 +51,8 @@ def mmd_penalty(algorithm: Algorithm, weight: float = DEFAULT_WEIGHT,
       The :class:`Algorithm`; the loss's aux dict gains ``mmd`` (MMD^2, float32).
 
     Raises:
-      ValueError: a negative weight, a non-positive bandwidth, or a model without
-        ``features``.
+      ValueError: a negative weight, a non-positive bandwidth, an unknown ``kernel`` (or a
+        bandwidth given with ``multi``), or a model without ``features``.
     """
     hparams.check("FedMMD weight", weight, lambda v: v >= 0, ">= 0")
     hparams.check("FedMMD bandwidth", bandwidth, lambda v: v > 0, "> 0")

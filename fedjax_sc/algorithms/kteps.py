@@ -112,6 +112,7 @@ def kteps(model: PrivateSharedClassifier, learning_rate: float = LEARNING_RATE,
       probabilities, Remark 4); the global model is the shared branch.
 
     Raises:
+      TypeError: a model that is not a :class:`PrivateSharedClassifier`.
       ValueError: a negative weight, a non-positive temperature or bandwidth, an unknown HSIC
         normalization, or an invalid learning rate / momentum.
     """

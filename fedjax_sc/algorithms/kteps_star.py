@@ -56,7 +56,9 @@ def kteps_star(model: PrivateSharedClassifier, *, d1: int | None = None, d2: int
         :func:`~fedjax_sc.algorithms.kteps.kteps`.
 
     Raises:
-      ValueError: an invalid band or sigma.
+      TypeError: as :func:`~fedjax_sc.algorithms.kteps.kteps` (the model).
+      ValueError: an invalid band or sigma; as :func:`~fedjax_sc.algorithms.kteps.kteps` (its
+        settings).
     """
     band = (d1, d2)
     if d1 is None or d2 is None:  # the paper's band scaled to d, where one is not given

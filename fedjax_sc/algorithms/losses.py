@@ -36,11 +36,12 @@ class CrossEntropy:
     """Softmax cross-entropy of ``model``'s logits, averaged over the real rows (Eq. 5), plus
     any terms on the pooled features it computed them from.
 
-    A :data:`ClientLoss`: ``loss(params, batch, rng, start) -> (scalar, aux)``, aux holding
-    ``accuracy`` on the batch's real rows and each term's own entries. Without terms the
-    logits are ``model.apply(params, tokens)``; with terms they are ``model.head`` of
-    ``model.features``, computed once and read by the head and every term (a plug-in that
-    called the model again would run the BiGRU and its backward pass twice).
+    A :data:`~fedjax_sc.algorithms.base.ClientLoss`: ``loss(params, batch, rng, start) ->
+    (scalar, aux)``, aux holding ``accuracy`` on the batch's real rows and each term's own
+    entries. Without terms the logits are ``model.apply(params, tokens)``; with terms they
+    are ``model.head`` of ``model.features``, computed once and read by the head and every
+    term (a plug-in that called the model again would run the BiGRU and its backward pass
+    twice).
 
     Attributes:
       model: a module whose ``apply({"params": p}, tokens)`` returns logits ``[batch, C]``;
@@ -88,8 +89,8 @@ def cross_entropy(model: nn.Module) -> CrossEntropy:
       model: a module whose ``apply({"params": p}, tokens)`` returns logits ``[batch, C]``.
 
     Returns:
-      A :class:`CrossEntropy` (a :data:`ClientLoss`); its aux dict holds ``accuracy`` on the
-      batch's real rows.
+      A :class:`CrossEntropy` (a :data:`~fedjax_sc.algorithms.base.ClientLoss`); its aux dict
+      holds ``accuracy`` on the batch's real rows.
     """
     return CrossEntropy(model)
 

@@ -30,7 +30,7 @@ def data(trainer: CentralTrainer, train: Any, local_vocab: bool) -> ClientData:
     (its steps train the whole ``[V, d]`` table).
 
     Raises:
-      ValueError: an unknown trainer.
+      ValueError: an unknown trainer or schedule.
     """
     if trainer.check().name == "pooled":
         return host_client_data(train.pooled(), local_vocab=local_vocab)

@@ -252,8 +252,8 @@ def paired_ag_difference(hits_a: Any, hits_b: Any, mask: Any, resamples: int = 1
       "level"}``; differences are fractions (multiply by 100 for points).
 
     Raises:
-      ValueError: if the shapes differ, no client has a test example, ``resamples`` < 1 or
-        ``level`` is not in (0, 1).
+      ValueError: if the shapes differ, no client has a test example, the hits are neither
+        bool nor scores in [0, 1], ``resamples`` < 1 or ``level`` is not in (0, 1).
     """
     check_bootstrap(resamples, level)
     m = np.asarray(mask, dtype=bool)

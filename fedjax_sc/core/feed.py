@@ -35,7 +35,8 @@ class PopulationFeed:
     ones back (one all-gather with several processes).
 
     Args:
-      data: the round's training split, host arrays (``round.host_client_data``), N clients.
+      data: the round's training split, host arrays
+        (``fedjax_sc.data.client_data.host_client_data``), N clients.
       private: the members' per-client pytree, stacked ``[P, N, ...]``: the private leaves
         (``ClientStates.private``), or a whole ``ClientStates`` with the algorithm's own
         client state (as the training loop passes it); ``[N, ...]`` without the member axis.
@@ -221,7 +222,8 @@ class ClientFeed:
     :meth:`update` scatters the new private leaves back.
 
     Args:
-      data: the round's training split, host arrays (``round.host_client_data``), N clients.
+      data: the round's training split, host arrays
+        (``fedjax_sc.data.client_data.host_client_data``), N clients.
       private: the N clients' private leaves (``ClientStates.private``), leading axis N.
       mesh: the device mesh (``sharding.client_mesh``; a 2-D ``population_mesh`` too: the
         clients split over its ``clients`` axis, replicated over its members).

@@ -29,7 +29,11 @@ def table_paths(*trees: Params, among=None) -> list[tuple[str, ...]]:
 
 
 def replace_leaf(params: Params, path: tuple[str, ...], value: jax.Array) -> Params:
-    """Returns ``params`` with the leaf at ``path`` replaced (nested dicts, no mutation)."""
+    """Returns ``params`` with the leaf at ``path`` replaced (nested dicts, no mutation).
+
+    Raises:
+      KeyError: no leaf at ``path`` (the message lists the leaves).
+    """
     flat = traverse_util.flatten_dict(params)
     if path not in flat:
         raise KeyError(f"no leaf {'/'.join(path)} in params; leaves: "

@@ -59,9 +59,8 @@ def build_multitask_round(algorithm: Algorithm, *, batch_size: int, local_epochs
       schedule: one of :data:`SCHEDULES`.
 
     Raises:
-      ValueError: batch_size or local_epochs < 1, an unknown schedule, inconsistent algorithm
-        fields, or (at call time) client data with local-vocabulary ids (this trainer needs
-        global ids).
+      ValueError: batch_size or local_epochs < 1, an unknown schedule, or (at call time)
+        client data with local-vocabulary ids (this trainer needs global ids).
     """
     if batch_size < 1 or local_epochs < 1:
         raise ValueError(f"batch_size and local_epochs must be >= 1, got {batch_size}, "

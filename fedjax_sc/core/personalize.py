@@ -134,7 +134,7 @@ def make_personalize(algorithm: Algorithm, optimizer: optax.GradientTransformati
 
     Raises:
       ValueError: negative n_Z / z, batch_size < 1, clients_per_call < 1, or (at call time)
-        local ids in ``test``.
+        local ids in ``test`` or ``train`` and ``test`` of different client counts.
     """
     members = make_population_personalize(
         lambda values: (algorithm, optimizer), batch_size=batch_size, num_evals=num_evals,

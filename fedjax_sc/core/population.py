@@ -151,6 +151,10 @@ def build_population_round(build: Builder, *, batch_size: int, local_epochs: int
       arrays, ``clients`` one :class:`~fedjax_sc.data.client_data.ClientData` for all. A
       population of one (P = 1, known when the round is traced) runs the one-run round
       without ``vmap``, so a single run's numbers are those of the one-run round exactly.
+
+    Raises:
+      ValueError: an unknown ``member_axis``; at call time, hyperparameters or keys that
+        disagree on P (:func:`population_size`); the one-run round's errors.
     """
 
     def one(state, client_states, clients, key, values):

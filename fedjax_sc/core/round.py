@@ -382,7 +382,12 @@ def build_round(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
       initial states with :func:`init_states`; the stages are :func:`build_round_parts`.
 
     Raises:
-      ValueError: if batch_size or local_epochs < 1, or a ``work`` setting is out of range.
+      TypeError: ``algorithm`` is not an :class:`~fedjax_sc.algorithms.base.Algorithm`;
+        when the round is traced, token ids that are not integers.
+      ValueError: if batch_size or local_epochs < 1, or a ``work`` setting is out of range;
+        when the round is traced (:func:`~fedjax_sc.core.states.check_clients`), no client
+        or client states and data of different client counts, a knowledge exchange beside
+        private leaves, or upload diagnostics whose names collide with the loss's aux.
     """
     parts = build_round_parts(algorithm, batch_size=batch_size, local_epochs=local_epochs,
                               table_paths=table_paths, work=work)

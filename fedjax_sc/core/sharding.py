@@ -43,7 +43,11 @@ MEMBERS = "members"
 
 def client_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A 1-D mesh with the axis ``"clients"`` over ``devices`` (default: ``jax.devices()``,
-    every device of every process)."""
+    every device of every process).
+
+    Raises:
+      ValueError: no device.
+    """
     devices = list(jax.devices() if devices is None else devices)
     if not devices:
         raise ValueError("client_mesh needs at least one device")

@@ -64,7 +64,11 @@ def vocab_rows(clients: ClientData) -> tuple[jax.Array, jax.Array]:
 def client_data(arrays: Any, local_vocab: bool = False) -> ClientData:
     """Moves one split of a scene (``fedjax_sc.data.scenes.ClientArrays``) to the (default)
     device: :func:`host_client_data`, then ``jnp.asarray`` (:mod:`fedjax_sc.core.sharding`
-    places it over a device mesh instead)."""
+    places it over a device mesh instead).
+
+    Raises:
+      TypeError, ValueError: as :func:`host_client_data`.
+    """
     return jax.tree.map(jnp.asarray, host_client_data(arrays, local_vocab))
 
 

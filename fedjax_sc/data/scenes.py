@@ -204,7 +204,8 @@ def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], n
       ValueError: no clients, missing/unknown splits, inconsistent dev splits, a label outside
         ``[0, num_classes)`` (names client and split), a train or test split without examples
         (names its file; unless ``allow_empty``), no training or no test example at all,
-        ``max_len < 1`` or ``vocab_size < 1``, ``label_names`` not of length ``num_classes``.
+        ``max_len < 1``, ``num_classes < 1`` or ``vocab_size < 1``, ``label_names`` not of
+        length ``num_classes``.
     """
     if not client_corpora:
         raise ValueError("client_corpora is empty")

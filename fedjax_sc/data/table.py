@@ -324,10 +324,12 @@ def read_table(data: str, *, text_column: str, label_column: str,
       ValueError: one line naming file, row and column: an unknown extension, a file pyarrow
         or ``datasets`` cannot read, a missing column (its columns listed) or one named twice,
         a row without text (null, empty or blank), label, client or split value, a split
-        value other than ``train`` / ``test``, a test label or client absent from the
-        training rows or of another type, ``label_names`` of mixed types, one class only, a
-        client without training or test examples; also conflicting arguments
-        (:func:`check_test_split`).
+        value other than ``train`` / ``test``, a test label absent from the training rows, a
+        test label or client of another type than the training rows', ``label_names`` of
+        mixed types, one class only, too few rows for ``num_clients`` (a partition), a
+        ``test_fraction`` outside (0, 1); also conflicting arguments
+        (:func:`check_test_split`). A test client absent from the training rows is not an
+        error: its rows are pooled into ``TableCorpora.unseen``.
       FileNotFoundError: ``data`` or ``test_data`` missing.
       MissingDatasetsError: (an ImportError) a datasets folder or ``hf:`` without the
         ``datasets`` package.

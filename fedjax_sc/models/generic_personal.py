@@ -5,7 +5,7 @@ Parameter paths: those of :class:`~fedjax_sc.models.text_classifier.TextClassifi
 (``embedding``, ``encoder``, ``classifier`` = the generic head h_G, optionally ``user``) plus
 the personal head h_P, one linear layer on the pooled features::
 
-    personal/kernel [2h, C]      personal/bias [C]      (float32 unless the model's dtype)
+    personal/kernel [2h, C]      personal/bias [C]      (float32; computed in the model's dtype)
 
 h_P reads the features through ``stop_gradient``, so its loss never trains the body
 (:func:`fedjax_sc.algorithms.fedrod.fedrod_loss`).

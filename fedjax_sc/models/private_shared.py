@@ -84,6 +84,9 @@ class PrivateSharedClassifier(nn.Module):
         (0: none).
       dtype: the computation dtype (see :class:`~fedjax_sc.models.text_classifier.
         TextClassifier`); features and logits are returned in float32.
+
+    Raises:
+      ValueError: an unknown ``private_from`` (when the model is set up).
     """
 
     vocab_size: int

@@ -56,8 +56,8 @@ def _parser() -> argparse.ArgumentParser:
         "under --out/<scene>/ (finished runs are skipped, unfinished ones resumed), then "
         "prints and writes <table>.md (and PNG figures for Tables 2-3). Every train option "
         "but the per-run ones (the algorithm, a grid, the run folder, tracking, a table "
-        "scene's files) applies to each run. --quick: 1 round, n_Z = 5, 1 seed; otherwise the scene's paper "
-        "settings and 3 seeds. Presets: " + presets,
+        "scene's files) applies to each run. --quick: 1 round, n_Z = 5, 1 seed; otherwise "
+        "the scene's paper settings and 3 seeds. Presets: " + presets,
         formatter_class=_HelpFormatter)
     q.add_argument("table", choices=TABLES)
     train_arguments(q, grid=True)
