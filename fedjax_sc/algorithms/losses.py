@@ -130,8 +130,9 @@ def gaussian_gram(x: jax.Array, bandwidth: jax.Array | float) -> jax.Array:
 
 HSIC_NORMALIZATIONS = ("biased", "none")
 """How :func:`hsic` scales the trace: ``biased`` divides by (n - 1)^2 (Gretton et al.'s biased
-estimator, bounded by 1 for Gaussian kernels), ``none`` leaves ``Tr(L_x H L_y H)`` as it is
-(Li et al. 2021, Eq. 7 prints no factor; (n - 1)^2 = 49 times larger at a batch of 8)."""
+estimator, bounded by 1 for Gaussian kernels; Li et al. 2021, Eq. 7 as printed), ``none``
+leaves ``Tr(L_x H L_y H)`` as it is ((n - 1)^2 = 49 times larger at a batch of 8: the scale
+the paper's remarks on the term's magnitude fit, docs/results.md)."""
 HSIC_NORMALIZATION = "biased"
 """The default of the two (docs/choices.md says why)."""
 
@@ -143,9 +144,9 @@ def hsic(x: jax.Array, y: jax.Array, mask: jax.Array | None = None,
 
     ``HSIC = (n - 1)^-2 Tr(L_x H L_y H)`` with ``H = I - 11^T / n`` over the n real rows. It
     is >= 0 (a trace of a product of two PSD matrices), near 0 when x and y are independent.
-    ``normalization="none"`` drops the ``(n - 1)^-2`` factor (the paper's Eq. 7 leaves the
-    scale unstated; its remark that the diversity loss is larger than the knowledge-transfer
-    loss fits the unscaled trace, see docs/results.md).
+    ``normalization="none"`` drops the ``(n - 1)^-2`` factor that the paper's Eq. 7 prints
+    (its remark that the diversity loss is larger than the knowledge-transfer loss fits the
+    unscaled trace, not the printed one; see docs/results.md).
 
     The paper uses "gaussian kernel function" without a bandwidth. Default: the median
     heuristic (:func:`median_bandwidth`), computed per batch and per argument without gradient;

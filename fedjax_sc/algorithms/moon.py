@@ -20,7 +20,7 @@ state (the previous model, and whether there is one) is ``Hooks`` state: checkpo
 a client that sits a round out. mu = 0 is FedAvg exactly. The authors' weight decay (1e-5) is
 not applied (the paper's shared settings have none); with partial participation a client
 sampled for the first time has no previous model here (the term is 0), where theirs uses its
-copy of the initial model.
+own net as first initialised (each party's drawn apart from the global model's).
 """
 
 from __future__ import annotations

@@ -48,8 +48,10 @@ occur in a client's training data gets a zero gradient at every step: its optimi
 tables equals the table plus the weighted row deltas
 (:func:`~fedjax_sc.algorithms.aggregate.weighted_mean_rows`). It is not exact where the
 loss moves rows the data never touches: client optimizers that move parameters with a zero
-gradient (weight decay), and terms that pull every row (SCAFFOLD's c - c_i, Ditto's and
-pFedMe's proximal terms after round 1; their docstrings say what differs). Pass
+gradient (weight decay), terms that pull every row (SCAFFOLD's c - c_i, Ditto's and
+pFedMe's proximal terms after round 1; their docstrings say what differs), and upload
+transforms that act on every row sent (the upload noise, N(0, sigma^2) on the client's rows
+only instead of the whole table; KTEPS*'s PCA of the client's rows, docs/choices.md). Pass
 ``vocab_ids=None`` to train the dense ``[V, d]`` table instead.
 """
 

@@ -90,7 +90,7 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     t.add_argument("--momentum", type=float, default=default("momentum"),
                    help="momentum of the client SGD")
     t.add_argument("--embedding-lr", type=float, help="separate learning rate of the word "
-                   "embeddings (paper's IYY setting: 0.01 with --lr 0.1)")
+                   "embeddings (default: --lr; the iyy preset 0.01, the paper's Sec. 5.2)")
     t.add_argument("--lr-schedule", default=default("lr_schedule"), metavar="SPEC",
                    help="--lr over the rounds: constant, cosine (to 0 over --rounds), "
                    "step:EVERY:FACTOR or exponential:FACTOR (optax schedules); the Ap phase's "

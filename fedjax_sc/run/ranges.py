@@ -51,7 +51,9 @@ def check(c: Any) -> LocalWork:
         round_schedule(c.lr_schedule, c.rounds)  # a malformed one names the flag
         if c.embedding_lr is not None or c.aggregation == "fednova":
             raise ValueError("--lr-schedule scales --lr alone, round by round: it does not "
-                             "combine with --embedding-lr or --aggregation fednova")
+                             "combine with --embedding-lr or --aggregation fednova"
+                             + (" (the iyy scene's preset sets --embedding-lr 0.01, the "
+                                "paper's Sec. 5.2)" if c.scene == "iyy" else ""))
     own = dict(getattr(c, "algorithm_options", None) or {})
     if registry.known(c.algorithm) and (not is_spec(c.algorithm) or own):
         # the algorithm built once at placeholder sizes: its builders check their own settings

@@ -37,3 +37,15 @@ def test_the_configuration_is_checked_as_it_is_resolved():
         TrainConfig(momentum="x").resolved()
     work = ranges.check(TrainConfig(local_steps="2:3", client_dropout=0.5).resolved())
     assert (work.steps_range, work.dropout) == ((2, 3), 0.5)
+
+
+def test_the_iyy_preset_trains_the_embeddings_at_the_papers_rate():
+    # Sec. 5.2: LR 0.1, the embedding layer's 0.01; a flag overrides the preset
+    assert (TrainConfig(scene="iyy", data_dir=".").resolved().embedding_lr,
+            TrainConfig(scene="fdu", data_dir=".").resolved().embedding_lr) == (0.01, None)
+    assert TrainConfig(scene="iyy", data_dir=".", embedding_lr=0.1).resolved().embedding_lr == 0.1
+    # a schedule scales --lr alone: refused beside the preset's embedding LR, saying where
+    # that LR came from
+    with pytest.raises(ValueError, match=r"fednova \(the iyy scene's preset sets "
+                                         r"--embedding-lr 0.01"):
+        TrainConfig(scene="iyy", data_dir=".", lr_schedule="cosine").resolved()
