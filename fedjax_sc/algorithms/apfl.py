@@ -23,7 +23,10 @@ paper's method (their ``--fed_adaptive_alpha`` defaults to off, and their README
 command keeps alpha at 0.5: ``alpha_learning_rate=0`` is that run); w, v and alpha step from
 the same point, as Algorithm 1 (their code steps w first and mixes the new w into v_bar); the
 paper's shared optimizer settings (momentum 0.9, constant LR, no weight decay; theirs: no
-momentum, weight decay 1e-4, the LR divided by 1.01 an epoch).
+momentum, weight decay 1e-4, the LR divided by 1.01 an epoch); the server's mean of w is
+the algorithm's aggregate, weighted by N^k (the paper's is uniform). With clients sampled
+per round, only the sampled clients train w, v and alpha, as the authors' code (the paper's
+Algorithm 1 updates v and alpha on every client).
 """
 
 from __future__ import annotations

@@ -20,7 +20,10 @@ are one run of steps and the first ``head_steps`` real steps of a client train t
 rest the representation (the client optimizer sees its step count, not the epoch or the
 client's size). The default, 200 steps, is one epoch of a paper-sized FDU client (N^k = 1,600
 reviews at batch 8), so the paper's E = 2 is one head epoch then one representation epoch; a
-client with fewer real steps than ``head_steps`` trains only its head that round. After the
+client with fewer real steps than ``head_steps`` trains only its head that round (and uploads
+the representation it downloaded, at its weight N^k). The step count suits FDU at E = 2
+only: with E = 1, a ``--local-steps`` budget under 200, or IYY's clients (thousands of steps
+an epoch at batch 64) set ``--rep-head-steps`` to the split wanted. After the
 last round the authors refit each head for at least 10 epochs on the frozen final
 representation; the Ap phase here fine-tunes the whole model with its own optimizer (the
 client optimizer's schedule is not used there). The paper's shared client optimizer: momentum

@@ -45,8 +45,8 @@ LABEL_PRIORS = ("client", "batch")
 LABEL_PRIOR = "client"
 """The default: the client's whole training split, as Chen and Chao's code."""
 
-RULES = {"private": r"^(personal|user)/", "shared": r"^(embedding|encoder|classifier)/"}
-"""The personal head (and a FURL user vector) stay on the client; body and generic head go."""
+RULES = {"private": r"^personal/", "shared": r"^(embedding|encoder|classifier)/"}
+"""The personal head stays on the client; body and generic head go."""
 
 
 def fedrod_loss(model: FedRoDClassifier, label_prior: str = LABEL_PRIOR):
@@ -109,15 +109,19 @@ def fedrod(model: FedRoDClassifier, learning_rate: float = LEARNING_RATE,
         as the authors' method) or ``"batch"`` (the step's mini-batch).
 
     Returns:
-      The :class:`Algorithm`: private leaves ``personal/`` (+ ``user/``); Ap on g + p (mode
+      The :class:`Algorithm`: private leaves ``personal/``; Ap on g + p (mode
       ``full``), Ag on the generic head.
 
     Raises:
       TypeError: another model.
-      ValueError: another ``label_prior``; see :func:`~fedjax_sc.algorithms.optimizers.client_sgd`.
+      ValueError: another ``label_prior``, a FURL vector (the generic head would read the
+        client's own vector in training and a zero one for Ag); see
+        :func:`~fedjax_sc.algorithms.optimizers.client_sgd`.
     """
     if not isinstance(model, FedRoDClassifier):
         raise TypeError(f"fedrod needs a FedRoDClassifier, got {type(model).__name__}")
+    if getattr(model, "furl_dim", 0):
+        raise ValueError("FedRoD's generic head is every client's: drop the FURL vector")
     predict_fn, global_fn = predict.single_branch(model)
     return Algorithm(name="fedrod", model=model, client_loss=fedrod_loss(model, label_prior),
                      client_optimizer=client_sgd(learning_rate, momentum,

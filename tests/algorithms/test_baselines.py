@@ -363,4 +363,6 @@ def test_fedkc_exchange_never_sees_a_private_leaf(scene, params):
     jax.eval_shape(rnd.build_round(spy, batch_size=4, local_epochs=1),
                    *rnd.init_states(spy, params, 3), client_data(scene.train),
                    jax.random.key(0))
+    # one client's downloaded model: the params' leaves, shapes and all (no client axis)
     assert seen and jax.tree.structure(seen[0]) == jax.tree.structure(params)
+    chex.assert_trees_all_equal_shapes(seen[0], params)

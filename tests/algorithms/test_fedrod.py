@@ -112,6 +112,9 @@ def test_the_personal_head_is_never_uploaded(scene, rounds):
     assert bool(jnp.all(metrics.finite)) and "bsm" in metrics.aux
 
 
-def test_another_model_is_refused():
+def test_another_model_and_a_furl_vector_are_refused():
     with pytest.raises(TypeError, match="FedRoDClassifier"):
         fedrod.fedrod(TextClassifier(vocab_size=20))
+    # the generic head would read the client's own vector in training, a zero one for Ag
+    with pytest.raises(ValueError, match="FURL"):
+        fedrod.fedrod(fedrod.FedRoDClassifier(vocab_size=20, furl_dim=2))

@@ -37,12 +37,12 @@ def test_cross_entropy_matches_numpy_and_padded_rows_get_no_gradient():
 HSIC = jax.jit(losses.hsic)  # one compiled program per shape, not one per operation
 
 
-def _numpy_hsic(x, y):
-    """Reference Eq. 7 with the median heuristic, straight from the definition."""
+def _numpy_hsic(x, y, bandwidth=None):
+    """Reference Eq. 7 (the median heuristic, or a fixed width), straight from the definition."""
     def gram(a):
         d2 = ((a[:, None, :] - a[None, :, :]) ** 2).sum(-1)
         off = np.sqrt(d2[~np.eye(len(a), dtype=bool)])
-        sigma = np.median(off)
+        sigma = np.median(off) if bandwidth is None else bandwidth
         return np.exp(-d2 / (2 * sigma ** 2))
     b = len(x)
     h = np.eye(b) - np.ones((b, b)) / b
@@ -77,7 +77,10 @@ def test_hsic_leaves_out_masked_rows_and_fixed_bandwidth():
     junk_x = x.at[5:].set(100.0)
     np.testing.assert_allclose(HSIC(junk_x, y, mask), HSIC(x[:5], y[:5]), rtol=1e-5)
     assert float(HSIC(x, y, jnp.array([True] + [False] * 6))) == 0.0
-    assert np.isfinite(float(jax.jit(lambda a, b: losses.hsic(a, b, bandwidth=0.7))(x, y)))
+    fixed = jax.jit(lambda a, b: losses.hsic(a, b, bandwidth=0.7))(x, y)
+    np.testing.assert_allclose(fixed, _numpy_hsic(np.asarray(x, np.float64),
+                                                  np.asarray(y, np.float64), 0.7), rtol=2e-4)
+    assert abs(float(fixed) - float(HSIC(x, y))) > 1e-4  # the width is used, not the median
     grads = jax.jit(jax.grad(lambda a: losses.hsic(a, y, mask)))(x)
     assert np.all(np.isfinite(grads)) and np.all(np.asarray(grads[5:]) == 0)
 

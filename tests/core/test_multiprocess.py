@@ -45,7 +45,12 @@ def test_two_processes_equal_one(tmp_path):
     try:
         _launch(tmp_path / "two.npz", procs=2, local=2)
     except AssertionError as e:
-        if "gloo" in str(e).lower() and "not" in str(e).lower():
+        # only jaxlib's own refusal; a crash after gloo connected (its log says "[Gloo]
+        # Rank ... connected") is a failure
+        said = str(e).lower()
+        if "gloo" in said and any(w in said for w in (
+                "not supported", "unsupported", "not available", "unavailable",
+                "not implemented", "unimplemented", "not built")):
             pytest.skip(f"this jaxlib has no gloo CPU collectives: {str(e)[-300:]}")
         raise
     one, two = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")

@@ -264,9 +264,10 @@ def test_server_sgd_with_unit_step_equals_taking_the_aggregate(scene, model, fed
     a for a in __import__("fedjax_sc.run.registry", fromlist=["ALGORITHMS"]).ALGORITHMS
     # no FURL vector in FedFusion's and ASP's models; FedKC refuses a private leaf (its
     # exchange reaches every client); FedProx, FedMMD and FedKC are covered by
-    # tests/algorithms/test_baselines.py; APFL and pFedMe copy a model without one
+    # tests/algorithms/test_baselines.py; APFL and pFedMe copy a model without one, FedRoD
+    # shares its generic head
     if a not in ("fedfusion", "asp", "fedprox", "fedmmd", "fedavg_kc", "fedprox_kc", "apfl",
-                 "pfedme")])
+                 "pfedme", "fedrod")])
 def test_every_algorithm_compiles_once_and_keeps_private_leaves_per_client(scene, name):
     from fedjax_sc.algorithms.masking import leaf_paths
     from fedjax_sc.run.registry import build_algorithm

@@ -121,8 +121,14 @@ def test_a_bfloat16_round_keeps_float32_state_and_trains():
     alg = fedavg(model, 0.1)
     state, clients = rnd.init_states(alg, init_params(model, jax.random.key(0)), 2)
     step = rnd.make_round_step(alg, batch_size=4, local_epochs=2)
-    new, _, metrics = step(state, clients, client_data(scene.train, True), jax.random.key(1))
+    train = client_data(scene.train, True)
+    new, clients, metrics = step(state, clients, train, jax.random.key(1))
     assert {x.dtype for x in jax.tree.leaves(new.params)} == {jnp.dtype(jnp.float32)}
-    assert bool(metrics.finite.all()) and float(metrics.train_loss.mean()) < 0.8
+    assert bool(metrics.finite.all())
     moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), new.params, state.params)
     assert min(jax.tree.leaves(moved)) > 0
+    losses = [float(metrics.train_loss.mean())]  # ln 2 = 0.693 untrained
+    for r in range(2, 6):
+        new, clients, metrics = step(new, clients, train, jax.random.key(r))
+        losses.append(float(metrics.train_loss.mean()))
+    assert losses[-1] < losses[0] - 0.05, losses  # it trains, in bfloat16

@@ -233,13 +233,18 @@ def test_the_same_data_folder_spelt_another_way_resumes(tmp_path, monkeypatch):
     data = write_fdu(tmp_path / "data")
     out = tmp_path / "run"
     monkeypatch.chdir(tmp_path)
+    rounds = lambda: [json.loads(r)["round"]  # noqa: E731
+                      for r in (out / "metrics.jsonl").read_text().splitlines()]
     train(tiny("data", out, ap=False), log=_quiet)  # relative
     assert json.loads((out / "config.json").read_text())["data_dir"] == str(data.resolve())
-    train(tiny(str(data) + "/", out, rounds=2, resume=True, ap=False), log=_quiet)
+    lines = []
+    train(tiny(str(data) + "/", out, rounds=2, resume=True, ap=False), log=lines.append)
+    assert rounds() == [1, 2] and any("resumed" in line and "round 1" in line for line in lines)
     old = json.loads((out / "config.json").read_text())  # a run that stored "data" as typed
     old["data_dir"] = "data"
     (out / "config.json").write_text(json.dumps(old))
     train(tiny(data, out, rounds=3, resume=True, ap=False), log=_quiet)
+    assert rounds() == [1, 2, 3]  # resumed at round 2, not trained again from round 1
 
 
 def test_compare_and_probe_refuse_data_that_changed_since_training(tmp_path):
