@@ -127,5 +127,6 @@ def test_a_fedopt_server_is_refused_beside_pfedme_beta():
     with pytest.raises(ValueError, match="server-opt"):
         build_algorithm("pfedme", vocab_size=12, num_classes=2, embed_dim=4, num_clients=2,
                         server_opt="adam", pfedme_beta=2.0)
-    build_algorithm("pfedme", vocab_size=12, num_classes=2, embed_dim=4, num_clients=2,
-                    server_opt="adam")  # beta 1: the server step is the optimizer's alone
+    alg = build_algorithm("pfedme", vocab_size=12, num_classes=2, embed_dim=4, num_clients=2,
+                          server_opt="adam")  # beta 1: the server step is the optimizer's alone
+    assert alg.server_optimizer is not None

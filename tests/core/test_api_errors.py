@@ -27,7 +27,8 @@ def test_init_states_needs_clients(setup):
     for bad in (-1, 0, 2.0):
         with pytest.raises(ValueError, match="num_clients must be an int >= 1"):
             rnd.init_states(algorithm, params, bad)
-    rnd.init_states(algorithm, params, np.int64(2))
+    _, clients = rnd.init_states(algorithm, params, np.int64(2))  # a NumPy int is an int
+    assert {leaf.shape[0] for leaf in jax.tree.leaves(tuple(clients))} <= {2}
 
 
 def test_the_round_names_bad_client_data(setup):

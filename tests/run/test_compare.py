@@ -70,6 +70,7 @@ def test_compare_personalised_models_and_the_errors(runs, tmp_path, capsys):
     assert "not a run directory (no config.json), no seed-<s>/ runs in it" in (
         capsys.readouterr().err)
     assert cli.main(["compare", str(a_dir), str(a_dir), "--level", "nan"]) == 1
+    assert "--level must lie in (0, 1)" in capsys.readouterr().err
 
 
 def test_compare_over_paired_seeds_means_the_pairs_and_widens_the_interval(runs, tmp_path):

@@ -45,11 +45,20 @@ def test_section_leaves_out_unfinished_methods_and_sums_up_all_cells():
     assert gaps.summarise([])["n"] == 0
 
 
-def test_paper_pair_spread_reads_the_papers_fdu_tables():
+def test_paper_pair_spread_reads_the_papers_fdu_tables(monkeypatch):
     s = gaps.paper_pair_spread("fdu")
     assert s["pairs"] >= 1 and 0 < s["low"] <= s["median"] <= s["high"]
     assert 0 <= s["most_over"] <= s["clients"] == 16
     assert gaps.paper_pair_spread("fdu", within=-1.0) is None
+    # two tables whose answer is known: only the pairs within 0.5 of each other's Avg count
+    ag = {"fdu": {"a": {"x": 80.0, "y": 90.0, "Avg": 85.0},
+                  "b": {"x": 81.0, "y": 87.0, "Avg": 84.6},  # |d| = 1, 3: 2.0, one over 2
+                  "c": {"x": 70.0, "y": 70.0, "Avg": 70.0}}}  # far from both: left out
+    ap = {"fdu": {"a": {"x": 80.0, "y": 90.0, "Avg": 85.0},
+                  "b": {"x": 80.5, "y": 89.5, "Avg": 85.0}}}  # |d| = 0.5, 0.5: 0.5, none over
+    monkeypatch.setattr(gaps, "SOURCES", (("Ag", "table2", ag), ("Ap", "table3", ap)))
+    assert gaps.paper_pair_spread("fdu") == {"pairs": 2, "low": 0.5, "high": 2.0,
+                                             "median": 1.25, "most_over": 1, "clients": 2}
 
 
 def _shifted(method: str, shift: dict[str, float]) -> dict:

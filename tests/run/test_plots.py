@@ -97,22 +97,55 @@ def _assert_png(path: Path):
     assert path.read_bytes()[:8] == PNG_SIGNATURE
 
 
-def test_convergence_figure(kteps_run, fedper_run, tmp_path):
+@pytest.fixture
+def drawn(monkeypatch):
+    """The axes of every figure plots writes, in order."""
     pytest.importorskip("matplotlib")
+    seen, save = [], plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, ax, path, title: (
+        seen.append(ax), save(fig, ax, path, title))[1])
+    return seen
+
+
+def _lines(ax):
+    """{label: (x, y)} of the axes' lines (an unlabelled one keyed by its order)."""
+    return {(line.get_label() if not line.get_label().startswith("_") else i):
+            (list(line.get_xdata()), [float(y) for y in line.get_ydata()])
+            for i, line in enumerate(ax.get_lines())}
+
+
+def test_convergence_figure(kteps_run, fedper_run, tmp_path, drawn):
     out = plots.convergence_figure({"kteps": kteps_run, "fedper": fedper_run},
                                    tmp_path / "figs" / "fig4.png", title="FDU")
     assert out == tmp_path / "figs" / "fig4.png"
     _assert_png(out)
+    (ax,) = drawn
+    lines = _lines(ax)
+    # Ag per round; fedper has no global model: its personalised accuracy, so labelled; then
+    # each method's Ap_t (the report's sp mode for kteps) from x = R on, past a dashed line
+    expect = {"kteps": ([1, 2, 3], [60, 70, 75]), "fedper (personal)": ([1, 2, 3], [55, 65, 70]),
+              1: ([3, 4, 5], [77, 80, 81]), 3: ([3, 4, 5, 6], [70, 74, 76, 77])}
+    for key, (x, y) in expect.items():
+        assert lines[key][0] == x and lines[key][1] == pytest.approx(y), key
+    assert lines[4][0] == [3, 3] and ax.get_title() == "FDU"  # the switch
 
 
-def test_per_client_figure(tmp_path):
-    pytest.importorskip("matplotlib")
+def test_per_client_figure(tmp_path, drawn):
     ours = {"kteps": {"apparel": 0.85, "baby": 0.9, "Avg": 0.875},
             "fedper": {"apparel": 0.86, "baby": 0.87}}
     out = plots.per_client_figure(ours, tmp_path / "bars.png", title="Ap^k",
                                   paper=TABLE3["fdu"])
     _assert_png(out)
+    (ax,) = drawn
+    # one bar per method and client (Avg left out), fractions in percent, side by side
+    bars = sorted((round(b.get_x() + b.get_width() / 2, 3), b.get_height()) for b in ax.patches)
+    assert [h for _, h in bars] == pytest.approx([85, 86, 90, 87])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["apparel", "baby"]
+    marks = sorted(y for line in ax.get_lines() for y in line.get_ydata())
+    assert marks == sorted(TABLE3["fdu"][m][c] for m in ("kteps", "fedper")
+                           for c in ("apparel", "baby"))
     _assert_png(plots.per_client_figure(TABLE3["iyy"], tmp_path / "paper.png"))
+    assert len(drawn[1].patches) == len(TABLE3["iyy"]) * (len(TABLE3["iyy"]["fedavg"]) - 1)
 
 
 def test_missing_matplotlib(monkeypatch, tmp_path):
@@ -144,11 +177,16 @@ def test_mean_curves_average_the_seeds_where_all_have_the_point(tmp_path):
         plots.mean_curves([])
 
 
-def test_convergence_figure_with_seeds(kteps_run, fedper_run, tmp_path):
-    pytest.importorskip("matplotlib")
+def test_convergence_figure_with_seeds(kteps_run, fedper_run, tmp_path, drawn):
     out = plots.convergence_figure({"kteps": [kteps_run, kteps_run], "fedper": [fedper_run]},
                                    tmp_path / "seeds.png")
     _assert_png(out)
+    (ax,) = drawn
+    lines = _lines(ax)
+    # the seeds' mean, labelled with their number; their min-max band shaded (Ag and Ap_t)
+    x, y = lines["kteps, mean of 2 (min-max shaded)"]
+    assert x == [1, 2, 3] and y == pytest.approx([60, 70, 75])
+    assert "fedper (personal)" in lines and len(ax.collections) == 2
 
 
 def test_grid_heatmap_reads_a_grid_tables_cells(tmp_path):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from fedjax_sc.run import cli
 
 SMALL = ["--rounds", "1", "--max-len", "6", "--vocab-size", "40", "--embed-dim", "6",
@@ -79,7 +81,10 @@ def test_cross_device_table_trains_clients_without_test_rows(tmp_path, capsys):
     no_test = [c for c in report["clients"] if c["M"] == 0]
     assert len(no_test) == 4 and all(c["Ag"] is None for c in no_test)
     assert (report["Ag_clients"], report["unseen_rows"]) == (8, 2)
-    assert 0 <= report["Ag_pooled"] <= 1 and report["Ag_unseen"] in (0, 0.5, 1)
+    seen = [c for c in report["clients"] if c["M"]]  # correct rows over rows: each counts once
+    assert report["Ag_pooled"] == pytest.approx(
+        sum(c["Ag"] * c["M"] for c in seen) / sum(c["M"] for c in seen), abs=1e-4)
+    assert report["Ag_unseen"] in (0, 0.5, 1)
     row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     assert row["Ag_coverage"] == 8 / 12 and row["padding_ratio"] >= 1
     assert "Ag_unseen" in (out / "report.md").read_text()
