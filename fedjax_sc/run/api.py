@@ -86,6 +86,9 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
     Raises:
       ValueError / FileNotFoundError / FileExistsError: as ``fedjax-sc train`` (bad
         settings, data, or an existing run folder without ``resume`` / ``overwrite``).
+      TypeError: a setting :class:`~fedjax_sc.run.config.TrainConfig` has no field for.
+      NonFiniteUpdateError: a single run whose update is not finite, or a population whose
+        every member diverged (one member alone stops, its report None).
     """
     from fedjax_sc.run import members
     from fedjax_sc.run.config import TrainConfig
@@ -251,6 +254,7 @@ def table_scene(data: str | Path, *, text_column: str, label_column: str,
     Raises:
       ValueError / FileNotFoundError: as ``fedjax-sc train --scene table`` (one line naming
         the file, column or setting).
+      TypeError: a setting :class:`~fedjax_sc.run.config.TrainConfig` has no field for.
     """
     from fedjax_sc.run.config import TrainConfig
     from fedjax_sc.run.loading import load_scene

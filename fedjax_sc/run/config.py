@@ -325,6 +325,9 @@ class TrainConfig:
         Raises:
           ValueError: unknown scene/algorithm/embeddings, missing data_dir, bad sizes, a
             number out of range (:func:`fedjax_sc.run.ranges.check`).
+          FileNotFoundError, MissingPyarrowError, MissingTokenizersError: a table scene's, as
+            :func:`fedjax_sc.run.table_scene.check` (a missing tokenizer.json, an extra not
+            installed).
         """
         if self.scene not in SCENES:
             raise ValueError(f"unknown scene {self.scene!r}; choose from {SCENES}")
@@ -409,7 +412,11 @@ class TrainConfig:
 def config_from_json(fields: dict[str, Any]) -> TrainConfig:
     """The resolved config a run's ``config.json`` holds (lists back to tuples; fields an
     older or newer version wrote that this one lacks are dropped; ``resume`` and ``overwrite``
-    off)."""
+    off).
+
+    Raises:
+      ValueError: settings :meth:`TrainConfig.resolved` refuses.
+    """
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items() if k in known}
     fields = {**table_scene.saved_defaults(fields), **fields}

@@ -150,8 +150,11 @@ def merge(path: str, args: dict[str, Any], given: set[str]) -> tuple[dict[str, A
     from fedjax_sc.run import rundir
     if not Path(path).is_file():
         raise FileNotFoundError(f"--config {path}: no such file")
-    saved = rundir.read_json(Path(path))
     where = f"--config {path}"
+    try:
+        saved = rundir.read_json(Path(path))
+    except ValueError as e:  # "PATH:LINE: not valid JSON ...": the flag named first
+        raise ValueError(f"--config {e}") from None
     if not isinstance(saved, dict):
         raise ValueError(f"{where}: not a run's config.json (a JSON object of its settings)")
     saved = check_fields(where, saved)

@@ -117,6 +117,8 @@ def personalize_members(cs: Sequence[TrainConfig], build: Callable[[dict[str, An
       hparams: the values that differ between the members (config field -> float32 ``[P]``,
         :func:`fedjax_sc.run.members.hparams`); ``{}`` for one run.
       states / client_states: each member's server and client states (host copies).
+      train_data / test_data: the clients' training and test splits
+        (:class:`~fedjax_sc.data.client_data.ClientData`; one process's share, below).
       roots: each member's root key (its Ap randomness: ``fold_in(root, AP)``).
       logs: each member's log.
       mode: the Ap phase's inference mode (``--ap-mode`` or the algorithm's default), named

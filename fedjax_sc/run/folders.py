@@ -39,7 +39,13 @@ def prepare(cs: list[TrainConfig], scene: scenes.Scene, files: list[Path], state
     change of any file) restores the newest round all members hold intact, or clears an
     ``--overwrite``-n folder, and writes the members' config, vocabulary, fingerprint and
     metrics so far (``state`` and ``client_states``: the members' round-0 states, stacked).
-    Returns ``(start round, server states, client states)``."""
+    Returns ``(start round, server states, client states)``.
+
+    Raises:
+      FileNotFoundError: ``--resume`` of a folder without a checkpoint.
+      ValueError: ``--resume`` of a checkpoint past ``--rounds``, or data that changed.
+      CheckpointError: no intact checkpoint can be restored.
+    """
     vocab_json = scene.vocab.to_json()
     data_print = loading.fingerprint(cs[0], files, vocab_json)
     for m in cs:

@@ -12,7 +12,7 @@ one of the files ``fedjax-sc results export`` copies into ``results/``.
 
 The file (JSON)::
 
-    {"round": R, "clients": [K names], "test_files": {name: {size, sha256}},
+    {"round": R, "clients": [K names], "test_files": {name: {bytes, sha256}},
      "labels": {client: [int, ...]},           # the real test examples, in order
      "models": {"global": {client: "0110..."},  # "1": classified correctly
                 "personal (sp)": {client: "..."}},
@@ -57,7 +57,7 @@ def record(scene, algorithm, global_params, params, private, test, mode: str, at
     Args:
       scene: the run's scene, or one process's share of it (``scene.share``; the record is
         then gathered from every process: a collective, every process must call it).
-      algorithm: the run's :class:`~fedjax_sc.core.types.Algorithm`.
+      algorithm: the run's :class:`~fedjax_sc.algorithms.base.Algorithm`.
       global_params: the global model's parameters (what ``algorithm.global_predict`` reads).
       params: the server's parameters; ``private``: every client's private leaves
         ``[K, ...]`` (``None`` or empty without private leaves).

@@ -105,8 +105,9 @@ def load(c: TrainConfig, mesh: jax.sharding.Mesh, checked: processes.Agreement,
       c: the run's resolved configuration.
       mesh: the run's ``members x clients`` mesh (:func:`~fedjax_sc.core.sharding.
         population_mesh`).
-      checked: the run's agreement; a share's exchanges start with :meth:`~fedjax_sc.run.
-        processes.Agreement.step`, so that a process that failed before stops every process.
+      checked: the run's agreement; a share's exchanges start with
+        :meth:`~fedjax_sc.run.plumbing.processes.Agreement.step`, so that a process that
+        failed before stops every process.
       log: where the scene's lines go.
 
     Returns:

@@ -268,10 +268,18 @@ def groups(configs: Sequence[TrainConfig], cap: int | None = None
 def member_bytes(c: TrainConfig) -> int:
     """A rough upper bound of one member's memory, in bytes: float32 parameters (dominated by
     the [V, d] word embedding) held ``3 x (K + 1)`` times (the server's copy; each client's
-    parameters, momentum and update during the round). ``c`` resolved."""
+    parameters, momentum and update during the round). ``c`` resolved.
+
+    Raises:
+      ValueError: a table scene's clients by its client column, which only its data knows
+        (give the population size).
+    """
     from fedjax_sc.data.corpus import FDU_DOMAINS
     clients = {"fdu": len(c.domains or FDU_DOMAINS), "iyy": 3,
-               "synthetic": c.synthetic_clients}[c.scene]
+               "synthetic": c.synthetic_clients}.get(c.scene)
+    if clients is None and c.partition == "natural" and c.clients_per_round is None:
+        raise ValueError(f"the {c.scene} scene's clients come from its data: give the "
+                         f"population size (--population-size)")
     if c.partition != "natural":
         clients = int(c.num_clients)
     if c.clients_per_round is not None:

@@ -206,7 +206,15 @@ def read_metrics(path: Path, upto: int, log: Callable[[str], None] = print) -> l
 
 def check_out_dir(out: Path, c: TrainConfig) -> None:
     """Checks ``out`` before any work; deletes nothing (an overwritten run is removed by
-    :func:`remove_run` once the new inputs are checked)."""
+    :func:`remove_run` once the new inputs are checked).
+
+    Raises:
+      FileNotFoundError: ``--resume`` with no run in ``out``.
+      FileExistsError: ``out`` holds a run (or part of one) and neither ``--resume`` nor
+        ``--overwrite`` is given.
+      ValueError: ``--resume`` with training settings other than the saved run's (names
+        each).
+    """
     saved = out / "config.json"
     if c.overwrite:
         if run_files(out):

@@ -91,6 +91,10 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
                 log: Callable[[str], None] = print) -> Setup:
     """The algorithm ``c`` names for ``scene`` and its initial states (GloVe-initialised when
     ``c.embeddings`` says so); the same for a fresh run, a resumed one and ``fedjax-sc probe``.
+
+    Raises:
+      ValueError: settings a centrally trained baseline cannot take (local steps, client
+        dropout, upload compression or noise); the algorithm's builder's refusals.
     """
     algorithm, work = build_algorithm(**algorithm_options(c, scene)), local_work(c)
     if algorithm.central is not None and work.active:
@@ -241,6 +245,8 @@ def load_run(out: str | Path, at_round: int | None = None
     Raises:
       FileNotFoundError: ``out`` holds no config.json, no checkpoint, or none at
         ``at_round`` (the message lists the saved rounds).
+      ValueError: a config.json that is not valid JSON (``file:line``) or whose settings
+        are refused (:meth:`~fedjax_sc.run.config.TrainConfig.resolved`).
     """
     out = Path(out)
     saved = out / "config.json"
@@ -275,8 +281,8 @@ def restore_run(out: str | Path, at_round: int | None = None) -> RestoredRun:
     fingerprint) and its checkpoint of round ``at_round`` (default: the last one saved).
 
     Raises:
-      FileNotFoundError: as :func:`load_run`.
-      ValueError: as :func:`load_checked_scene`.
+      FileNotFoundError: as :func:`load_run` and :func:`load_checked_scene`.
+      ValueError: as :func:`load_run` and :func:`load_checked_scene`.
       CheckpointError: as :func:`restore_checkpoint`.
     """
     c, ckpt, step = load_run(out, at_round)
@@ -293,6 +299,7 @@ def load_checked_scene(c: TrainConfig, out: str | Path) -> scenes.Scene:
       ValueError: the corpus files or the vocabulary differ from what the run recorded in
         ``fingerprint.json`` (the message names each change); a run without one is loaded
         unchecked.
+      FileNotFoundError: the corpus folder or one of its files is missing.
     """
     scene = load_scene(c)
     saved = Path(out) / "fingerprint.json"

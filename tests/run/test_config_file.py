@@ -40,6 +40,15 @@ def test_a_bad_config_is_one_line_before_anything_is_written(tmp_path, capsys, d
     assert not out.exists()
 
 
+def test_a_torn_config_names_the_flag_the_file_and_the_line(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text('{"scene": "synth')
+    assert cli.main(["train", "--config", str(path), "--out", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedjax-sc: error: --config {path}:1: not valid JSON"), err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
 def test_values_take_their_fields_types_and_missing_fields_are_named(tmp_path, capsys):
     path = _write(tmp_path, drop=("ditto_lambda", "pfedme_beta"), lr=1, pca_band=[1, 2],
                   domains=None)

@@ -71,6 +71,7 @@ def run_hits(out: str | Path, personal: bool = False, at_round: int | None = Non
         ``at_round``).
       ValueError: the run's method has no global model and ``personal`` is False, or has no
         private leaves and ``personal`` is True; with ``ap``, no record with the Ap phase.
+      CheckpointError: a checkpoint that cannot be restored (:func:`checkpoint_record`).
     """
     rec = hits_record.read(out)
     if rec is None or at_round not in (None, rec["round"]):
@@ -113,10 +114,13 @@ def checkpoint_record(out: str | Path, at_round: int | None = None, ap: bool = F
     checkpoint of round ``at_round`` (default: the last saved).
 
     Args:
+      out: the run folder.
+      at_round: the checkpoint's round (None: the last saved).
       ap: redo the run's Ap phase from the checkpoint (the run's settings and randomness, as
         when it ended: minutes on FDU-MTL) and record its fine-tuned models too; the Ap it
         gives is checked against the run's ``report.json`` (equal on the machine that made
         it; ``log`` says by how much it differs where another machine rounds differently).
+      log: where that line goes.
 
     Raises:
       FileNotFoundError, ValueError, CheckpointError: as :func:`restore_run`.

@@ -129,6 +129,9 @@ def convergence_figure(runs: Mapping[str, str | Path | Sequence[str | Path]],
 
     Returns:
       ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+      ModuleNotFoundError: matplotlib is not installed (``pip install 'fedjax_sc[plots]'``).
     """
     fig, ax = axes(figsize=(8.0, 4.5))
     switches = set()
@@ -181,6 +184,9 @@ def per_client_figure(table: Mapping[str, Mapping[str, float]], path: str | Path
 
     Returns:
       ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+      ModuleNotFoundError: matplotlib is not installed (``pip install 'fedjax_sc[plots]'``).
     """
     methods = list(table)
     clients = [c for c in (table[methods[0]] if methods else {}) if c != "Avg"]
@@ -230,6 +236,9 @@ def grid_heatmap(ours: Mapping[str, Mapping[str, Mapping[str, float | None]]],
 
     Returns:
       ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+      ModuleNotFoundError: matplotlib is not installed (``pip install 'fedjax_sc[plots]'``).
     """
     metrics = list(ours)
     rows = list(next(iter(ours.values()))) if metrics else []

@@ -83,7 +83,9 @@ def probe(out: str | Path, client: str, word: str = "man",
     Raises:
       ValueError: a K below 1 (checked first), unknown client, word not in the client's
         vocabulary, no band to probe, or the shared params hold no word-embedding table
-        (private embeddings are never sent).
+        (private embeddings are never sent); as :func:`~fedjax_sc.run.setup.restore_run`.
+      FileNotFoundError, CheckpointError: as :func:`~fedjax_sc.run.setup.restore_run` (no
+        run, data or checkpoint there; a checkpoint that cannot be restored).
     """
     bad = [k for k in ks if k < 1]
     if bad:

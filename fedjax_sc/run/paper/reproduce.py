@@ -93,7 +93,7 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
     (:func:`fedjax_sc.run.members.groups`), each run still in its own folder of the store.
 
     Args:
-      table: one of :data:`TABLES`.
+      table: one of :data:`~fedjax_sc.run.paper.table_plan.TABLES`.
       base: settings shared by all runs (scene, data, rounds, embeddings...); each run sets
         its own ``algorithm`` and settings, ``seed``, ``out`` and ``resume``.
       out: the store's root.
@@ -116,6 +116,7 @@ def reproduce(table: str, base: TrainConfig, out: str | Path, seeds: Sequence[in
     Raises:
       ValueError: an unknown table, a name in ``methods`` that the table has no run for, or
         invalid settings (from the runs' configs).
+      RuntimeError: a run that ended without a complete report.
     """
     log = processes.primary_log(log)
     out = Path(out)

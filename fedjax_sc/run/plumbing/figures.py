@@ -96,6 +96,7 @@ def run_figure(run_dir: str | Path, path: str | Path | None = None) -> Path | No
     Raises:
       ModuleNotFoundError: matplotlib is not installed.
       OSError: ``metrics.jsonl`` cannot be read.
+      ValueError: a line of it that is not JSON (a torn write).
     """
     run_dir = Path(run_dir)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
