@@ -19,7 +19,8 @@
 #               KTEPS and FedDyn (client state); with $FDU_DIR, three real FDU rounds at d 50
 #               ($GLOVE's vectors, else random) and d 200; packed into $OUT/more.tar.gz
 #               A short lease: `smoke headline` in one call, `more` in the next (STAGE_S=280)
-# TINY=1 appends tiny shapes to every command: a dry run of any stage on a CPU in minutes.
+# TINY=1 appends tiny shapes to every command (the scale stage's memory search left out): a
+# dry run of any stage on a CPU in minutes.
 # A stage's commands share a budget of $STAGE_S seconds (default 540; a command gets what is
 # left of it under `timeout`), so one call of at most 10 minutes can run a single stage:
 #   PYTHONPATH=$PWD OUT=$OUT bash benchmarks/accelerator.sh devices speed
@@ -42,6 +43,7 @@ TINY_SPEED=()
 TINY_PROFILE=()
 TINY_POP=()
 TINY_TRAIN=()
+TINY_SCALE=()
 if [ "${TINY:-0}" = 1 ]; then
   TINY_PROFILE=(--clients 2 --examples 8 --max-len 16 --embed-dim 8 --hidden 8 --mlp-hidden 8
                 --vocab 300 --local-vocab 50 --rounds 1)
@@ -49,6 +51,8 @@ if [ "${TINY:-0}" = 1 ]; then
   TINY_POP=(--clients 2 --examples 8 --max-len 16 --vocab 300 --local-vocab 50 --embed-dim 8
             --hidden 8 --rounds 1)
   TINY_TRAIN=(--domains books dvd --max-len 16 --vocab-size 2000 --hidden 8 --mlp-hidden 8)
+  TINY_SCALE=(--clients 8 --examples 8 --max-len 16 --embed-dim 8 --hidden 8 --mlp-hidden 8
+              --vocab 300 --local-vocab 50)
 fi
 export PYTHONUNBUFFERED=1
 # run NAME CMD...: CMD's output to $OUT/NAME.txt, under `timeout` of what is left of the stage
@@ -101,8 +105,13 @@ except ImportError:
       run population_kteps "$PY" benchmarks/population_speed.py --algorithm kteps \
           --sizes 1 4 16 "${P[@]}" ;;
     scale)
-      run scale "$PY" benchmarks/scale.py --sampled-list 16 64 256 --rounds 2
-      run scale_memory "$PY" benchmarks/scale.py --memory-gb "${MEMORY_GB:-16}" ;;
+      if [ "${TINY:-0}" = 1 ]; then  # the memory search grows M until the memory is full
+        run scale "$PY" benchmarks/scale.py --sampled-list 2 4 --rounds 1 "${TINY_SCALE[@]}"
+        echo "== scale_memory: left out under TINY=1 (it fills \$MEMORY_GB whatever the shapes)"
+      else
+        run scale "$PY" benchmarks/scale.py --sampled-list 16 64 256 --rounds 2
+        run scale_memory "$PY" benchmarks/scale.py --memory-gb "${MEMORY_GB:-16}"
+      fi ;;
     fdu)
       if [ -n "${FDU_DIR:-}" ] && [ -d "$FDU_DIR" ]; then
         run fdu_d200 "$PY" -m fedjax_sc.run.cli train --scene fdu --data-dir "$FDU_DIR" \

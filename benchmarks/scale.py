@@ -29,7 +29,7 @@ Usage::
 
     python benchmarks/scale.py                                   # synthetic M = 16, 64, 256
     python benchmarks/scale.py --fdu-dir ../shared/data/fdu-mtl  # + the 1,000-client FDU scene
-    python benchmarks/scale.py --sampled 16 64 --examples 8 --rounds 1   # a quick look
+    python benchmarks/scale.py --sampled-list 16 64 --examples 8 --rounds 1   # a quick look
     python benchmarks/scale.py --memory-gb 16                    # largest M for 16 GiB
 """
 

@@ -53,6 +53,7 @@ for report in "$R"/beyond50/*/report.json; do
 done
 if [ "${UNFINISHED:-0}" = 1 ]; then
   for metrics in "$R"/beyond50/*/metrics.jsonl; do
+    [ -f "$metrics" ] || continue  # no run folder: the pattern itself
     run=$(dirname "$metrics")
     dest="$B/$(basename "$run")"
     [ -f "$run/report.json" ] || [ -f "$dest/report.json" ] && continue

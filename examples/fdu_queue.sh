@@ -33,7 +33,8 @@
 # in the lane's order: a run that fits the time left goes alone, ahead of a longer one begun.
 #
 # FDU_DIR (default /work/shared/data/fdu-mtl), OUT (default ~/fedjax_runs), RESULTS (default
-# this checkout's results/) and FEDJAX_SC (the command; default this checkout's code with the
+# results/fdu/ of the folder it runs in: the folder holding table4/, beyond-50-rounds/, ...) and
+# FEDJAX_SC (the command; default this checkout's code with the
 # venv of /work/main) may be set.
 set -u
 lane=${1:?usage: fdu_queue.sh ablations|beyond [--list]}
