@@ -28,6 +28,15 @@ DP_NOISE = 2**31 - 2
 """a local step's key -> DP-SGD's Gaussian noise (a step key's own consumers use other
 constants; the value equals :data:`AP` but the parents differ)."""
 
+
+
+def multitask_interleave(num_clients: int) -> int:
+    """round key -> the alternate multi-task schedule's interleaving of the domains' batches
+    (ASP, :mod:`fedjax_sc.core.multitask`): ``fold_in(fold_in(round, 1 + K), e)`` for epoch
+    e, K the clients, beyond the client indices 0..K-1."""
+    return 1 + num_clients
+
+
 # NumPy streams: the second entry of the generator's seed sequence
 SAMPLING = 7
 """``[seed, SAMPLING, round]``: the clients sampled in a round (partial participation)."""

@@ -89,7 +89,7 @@ def apfl(model: nn.Module, learning_rate: float = LEARNING_RATE, momentum: float
         w, _, a = parts(params)
         global_loss, _ = ce(w, batch, rng, start)  # w's gradient: its own loss only
         mixed = personal({**params, **jax.lax.stop_gradient(w)})
-        value, aux = ce(mixed, batch, rng, start)
+        value, aux = ce(mixed, batch, jax.random.fold_in(rng, 1), start)  # w keeps rng
         return global_loss + value, {**aux, "global_loss": global_loss, "alpha": a}
 
     eta_a = learning_rate if alpha_learning_rate is None else alpha_learning_rate

@@ -126,7 +126,9 @@ KnowledgeFn = Callable[[Params, jax.Array, jax.Array, jax.Array, jax.Array], Any
 others at the start of a round (FedKC, Wang et al. 2022, Sec. 4.2-4.3), from the shared params
 it downloaded (never a private leaf: the message reaches every client) and its whole training
 split (tokens int32 ``[N_max, len]``, labels int32 ``[N_max]``, mask
-bool ``[N_max]``). Runs on every client under ``vmap``; every client then sees all messages."""
+bool ``[N_max]``). Runs on every client under ``vmap``; every client then sees all messages.
+A client that does not train in the round (dropped, a dropped straggler: a budget of 0 local
+steps) sends zeros, so a message must read zeros as absent (FedKC: clusters of size 0)."""
 
 
 def bind(loss: ClientLoss, start: ClientStart) -> BoundLoss:

@@ -61,7 +61,8 @@ def personalized(algorithm: Algorithm, lam: hparams.Value = DEFAULT_LAMBDA) -> A
     def loss(params, batch, rng, start):
         (w, v, _), (w0, v0, _) = parts(params), parts(start.params)
         value, aux = base(w, batch, rng, start._replace(params=w0))
-        personal, personal_aux = own(v, batch, rng, start._replace(params=v0))
+        personal, personal_aux = own(v, batch, jax.random.fold_in(rng, 1),  # w keeps rng
+                                     start._replace(params=v0))
         w0 = jax.lax.stop_gradient(w0)
         term = 0.5 * lam * sum(jnp.sum(jnp.square(a - b)) for a, b in
                                zip(jax.tree.leaves(v), jax.tree.leaves(w0)))

@@ -77,16 +77,18 @@ def dp_gradient(leaf_rules: Mapping[str, str | Sequence[str]] | None, l2_norm_cl
             (value, aux), private_grads = jax.value_and_grad(
                 lambda p: loss(masking.merge(shared, p), batch, rng), has_aux=True)(private)
 
-            def example_loss(shared_params, tokens, label, mask):
+            def example_loss(shared_params, tokens, label, mask, i):  # example i: its own key
                 one = Batch(tokens[None], label[None], mask[None])
-                return loss(masking.merge(shared_params, private), one, rng)[0]
+                return loss(masking.merge(shared_params, private), one,
+                            jax.random.fold_in(rng, i))[0]
 
             # the data-free part of the loss (its gradient on an example masked out: FedProx's,
             # FedDyn's, SCAFFOLD's terms) is not clipped: taken out of each example, added back
             free = jax.grad(example_loss)(shared, batch.tokens[0], batch.labels[0],
-                                          jnp.zeros_like(batch.mask[0]))
-            per_example = jax.vmap(jax.grad(example_loss), in_axes=(None, 0, 0, 0))(
-                shared, batch.tokens, batch.labels, batch.mask)
+                                          jnp.zeros_like(batch.mask[0]), 0)
+            per_example = jax.vmap(jax.grad(example_loss), in_axes=(None, 0, 0, 0, 0))(
+                shared, batch.tokens, batch.labels, batch.mask,
+                jnp.arange(batch.tokens.shape[0]))
             leaves, treedef = jax.tree.flatten(jax.tree.map(
                 lambda g, f: g - f[None], per_example, free))
             summed, num_clipped = optax.per_example_global_norm_clip(leaves, l2_norm_clip)

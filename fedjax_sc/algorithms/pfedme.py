@@ -84,15 +84,16 @@ def moreau_gradient(lam: float, steps: int, personal_learning_rate: float):
     def factory(loss: ClientLoss) -> GradientFn:
         def grad_fn(params, batch: Batch, rng):
             w, theta0, _ = parts(params)
-            value_and_grad = jax.value_and_grad(lambda t: loss(join(w, t), batch, rng),
-                                                has_aux=True)
+            # inner step k's loss key: fold_in(rng, k), one per step
+            value_and_grad = jax.value_and_grad(
+                lambda t, k: loss(join(w, t), batch, jax.random.fold_in(rng, k)), has_aux=True)
 
-            def step(theta, _):
-                out, g = value_and_grad(theta)
+            def step(theta, k):
+                out, g = value_and_grad(theta, k)
                 return jax.tree.map(lambda t, d, c: t - personal_learning_rate * (
                     d + lam * (t - c)), theta, g, w), out
 
-            theta, outs = jax.lax.scan(step, theta0, None, length=steps)
+            theta, outs = jax.lax.scan(step, theta0, jnp.arange(steps))
             grads = join(jax.tree.map(lambda c, t: lam * (c - t), w, theta),
                          jax.tree.map(jnp.subtract, theta0, theta))
             return jax.tree.map(lambda x: x[0], outs), grads

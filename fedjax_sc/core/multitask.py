@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedjax_sc import streams
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import MULTITASK_SCHEDULES, Algorithm, Batch, ClientStart
 from fedjax_sc.core.local import epoch_schedule, local_steps, step_key
@@ -125,8 +126,8 @@ def build_multitask_round(algorithm: Algorithm, *, batch_size: int, local_epochs
             # a random interleaving of the domains' real batches, each domain's in its own
             # order j = 0, 1, ... (its sorted draws); padded batches last
             real = jnp.any(bmask[:, e], axis=-1)  # [K, S]
-            noise = jnp.sort(jax.random.uniform(jax.random.fold_in(
-                jax.random.fold_in(round_key, 1 + num), e), (num, per_epoch)), axis=1)
+            noise = jnp.sort(jax.random.uniform(jax.random.fold_in(jax.random.fold_in(
+                round_key, streams.multitask_interleave(num)), e), (num, per_epoch)), axis=1)
             order = jnp.argsort(jnp.where(real, noise, 2.0).reshape(slots))
             return order // per_epoch, order % per_epoch
 
@@ -145,7 +146,7 @@ def build_multitask_round(algorithm: Algorithm, *, batch_size: int, local_epochs
                                 (), k, data=Batch(clients.tokens[k], clients.labels[k],
                                                   clients.mask[k]))
             batch = Batch(clients.tokens[k, i], clients.labels[k, i], m)
-            rng = jax.random.fold_in(jax.random.fold_in(keys[k], e), j)
+            rng = step_key(keys[k], e, j)
             loss = lambda sh, pr: algorithm.client_loss(masking.merge(sh, pr), batch, rng, start)
             (value, aux), (g_shared, g_own) = jax.value_and_grad(
                 loss, argnums=(0, 1), has_aux=True)(shared, take(private, k))

@@ -185,6 +185,9 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
             return gather_table_rows(params, ids, shared_tables + private_tables)
 
         vocab_ids, vocab_mask = vocab_rows(clients)
+        steps = (budgets(work, jax.random.fold_in(round_key, streams.WORK), clients.counts,
+                         batch_size, local_epochs) if work.active
+                 else jnp.zeros((clients.num_clients,), jnp.int32))
         knowledge = ()
         if algorithm.knowledge is not None:  # exchanged before local training (FedKC)
             if jax.tree.leaves(client_states.private):
@@ -201,6 +204,10 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                                     labels, mask, jax.random.fold_in(knowledge_key, k))))(
                 vocab_ids, clients.tokens, clients.labels, clients.mask,
                 jnp.arange(clients.num_clients))
+            if work.active:  # a client that does not train this round sends nothing: zeros
+                knowledge = jax.tree.map(lambda m: jnp.where(
+                    (steps > 0).reshape((-1,) + (1,) * (m.ndim - 1)), m, jnp.zeros_like(m)),
+                    knowledge)
 
         row_tables = shared_tables + private_tables  # states' table leaves go by rows too
 
@@ -216,9 +223,6 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
             new_private = scatter_table_rows(new_private, private, ids, vmask, private_tables)
             return shared, new_private, metrics, end
 
-        steps = (budgets(work, jax.random.fold_in(round_key, streams.WORK), clients.counts,
-                         batch_size, local_epochs) if work.active
-                 else jnp.zeros((clients.num_clients,), jnp.int32))
         shared, private, metrics, ends = jax.vmap(one_client)(
             client_states.private, client_states.algorithm, vocab_ids, vocab_mask,
             clients.tokens, clients.labels, clients.mask, keys,

@@ -332,6 +332,31 @@ def test_fedkc_consistency_uses_the_other_clients_only(scene, model, params):
     assert float(metrics.aux["consistency"].min()) > 0.0
 
 
+def test_a_client_that_does_not_train_sends_no_knowledge(scene, model, params):
+    # every client sends 1 a round; the loss records how many senders it hears from: with
+    # dropout, the clients that train hear only each other (a dropped one sends zeros)
+    from fedjax_sc.core.heterogeneity import LocalWork
+    base = fedavg(model, 0.1)
+
+    def loss(p, batch, rng, start):
+        value, aux = base.client_loss(p, batch, rng, start)
+        return value, {**aux, "senders": jnp.sum(start.knowledge)}
+
+    alg = base._replace(client_loss=loss, knowledge=lambda *_: jnp.float32(1.0))
+    data = client_data(scene.train, local_vocab=True)
+    step = jax.jit(rnd.build_round(alg, batch_size=4, local_epochs=1,
+                                   work=LocalWork(dropout=0.5)))
+    state, clients = rnd.init_states(alg, params, data.num_clients)
+    for seed in range(20):  # a round in which some clients train and some do not
+        _, _, metrics = step(state, clients, data, jax.random.key(seed))
+        trained = np.asarray(metrics.steps) > 0
+        if 0 < trained.sum() < len(trained):
+            break
+    else:
+        pytest.fail("no round with dropped and training clients in 20 seeds")
+    np.testing.assert_allclose(np.asarray(metrics.aux["senders"])[trained], trained.sum())
+
+
 def test_indiv_never_communicates_and_trains_each_client_alone(scene, model, params):
     alg = indiv(model, 0.1)
     state, clients, _ = _run(alg, scene, params, rounds=2)
