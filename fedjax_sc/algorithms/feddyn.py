@@ -40,7 +40,7 @@ consequences and further differences:
 - One alpha for every client: at the fixed point (H = 0) the clients' gradients sum to zero,
   so FedDyn solves the unweighted mean of the clients' losses (the paper's objective); the
   authors' alpha / weight_k solves the size-weighted one, FedAvg's. On FDU-MTL, whose 16
-  domains hold 1,400-2,000 training reviews each, the two are close.
+  domains hold 1,500-1,600 training reviews each, the two are close.
 - Ag scores theta^t = aggregate + H, the model the server sends; the authors' code scores
   the mean of the selected clients' models and of every client's latest model, never
   theta^t. The two differ by H, which vanishes only at a fixed point.
