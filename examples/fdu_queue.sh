@@ -113,7 +113,7 @@ case $lane in
   # 114 s and B 215 s beside each other, so A's cells go first), architecture C 174 s in its
   # first ten rounds (results/fdu/table8.md); beyond the paper, Per-FedAvg (113 s alone, MOON
   # 163 s on that machine) and pFedMe (2.1x FedAvg's round on the 10-round slice,
-  # results/fdu/beyond-slice-10-rounds; 866 s its first full round beside C), after the other
+  # results/fdu/beyond-slice-10-rounds; 866-1,379 s a round beside C in rounds 1-4), after the other
   # methods' seeds
   ablations)
     for c in kteps_l1-0_l2-0 kteps_l1-0_l2-0.001 kteps_l1-0_l2-0.01 kteps_l1-0.001_l2-0 \
