@@ -260,3 +260,16 @@ def test_the_members_ap_phase_is_one_program_and_equals_each_standalone_ap(tmp_p
         alone = train(dataclasses.replace(c, out=str(tmp_path / f"alone-{j}")), log=_quiet)
         np.testing.assert_allclose(report["Ap_t"], alone["Ap_t"], atol=1e-6)
         assert report["Ap"] == pytest.approx(alone["Ap"], abs=1e-6)
+
+
+def test_a_members_memory_bound_counts_its_clients_or_asks_for_the_size():
+    # 4 synthetic clients: 3 copies of the params for each client and the server's
+    small = TrainConfig(synthetic_clients=4).resolved()
+    assert members.member_bytes(small) * 2 == members.member_bytes(
+        dataclasses.replace(small, synthetic_clients=9))
+    # a table scene's clients are its data's: no bound without reading it
+    table = dataclasses.replace(small, scene="table")
+    with pytest.raises(ValueError, match="--population-size"):
+        members.member_bytes(table)
+    assert members.member_bytes(dataclasses.replace(table, clients_per_round=4)) == (
+        members.member_bytes(small))
