@@ -205,9 +205,8 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                 vocab_ids, clients.tokens, clients.labels, clients.mask,
                 jnp.arange(clients.num_clients))
             if work.active:  # a client that does not train this round sends nothing: zeros
-                knowledge = jax.tree.map(lambda m: jnp.where(
-                    (steps > 0).reshape((-1,) + (1,) * (m.ndim - 1)), m, jnp.zeros_like(m)),
-                    knowledge)
+                knowledge = keep_where(steps > 0, knowledge,
+                                       jax.tree.map(jnp.zeros_like, knowledge))
 
         row_tables = shared_tables + private_tables  # states' table leaves go by rows too
 
@@ -331,9 +330,8 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                                                        row_masks(clients), sizes)
             # a client that did not train sends zeros (weighed 0 anyway; a nan from its
             # empty data would poison every sum)
-            messages, decoded = jax.tree.map(lambda m: jnp.where(
-                trained.reshape((-1,) + (1,) * (m.ndim - 1)), m, jnp.zeros_like(m)),
-                (messages, decoded))
+            messages, decoded = keep_where(trained, (messages, decoded),
+                                           jax.tree.map(jnp.zeros_like, (messages, decoded)))
             params, server = hook_pair(algorithm.name, "server_update", "(params, state)",
                                    hooks.server_update(ServerInputs(
                                        params, base, server, messages, weights, trained,
