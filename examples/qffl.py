@@ -47,10 +47,7 @@ def q_fedavg(algorithm, q, lipschitz):
 
     def client_end(end):
         start, trained = end.start, end.steps > 0
-        if start.data is None:  # the communication probe: shapes only
-            loss = jnp.float32(1.0)
-        else:
-            loss, _ = base_loss(start.params, start.data, jax.random.key(0), start)
+        loss, _ = base_loss(start.params, start.data, jax.random.key(0), start)
         f = jnp.where(trained, jnp.maximum(loss, 1e-10), 1.0)
         # L (w^t - wbar_k) from the update as sent: the upload flags' noise reaches Delta_k
         dw = jax.tree.map(lambda u: -lipschitz * u, fsc.sent_update(end, start.params))

@@ -75,3 +75,8 @@ def __getattr__(name: str):
         from fedjax_sc.run import api
         return getattr(api, name)
     raise AttributeError(f"module 'fedjax_sc' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names with the two imported on first use (``dir(fsc)``, completion)."""
+    return sorted(set(globals()) | {"train", "table_scene"})

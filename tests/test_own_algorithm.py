@@ -89,6 +89,32 @@ def test_fsc_train_takes_the_function_itself_and_resumes(tmp_path):
     fsc.train(scaffold, out=tmp_path / "cut", rounds=1, **settings)
     resumed = fsc.train(scaffold, out=tmp_path / "cut", rounds=2, resume=True, **settings)
     chex.assert_trees_all_equal(full["params"], resumed["params"])
+    # the algorithm's own final states come back too: c is the mean of the clients' c_i
+    chex.assert_trees_all_equal((full["server_state"], full["client_state"]),
+                                (resumed["server_state"], resumed["client_state"]))
+    chex.assert_trees_all_close(full["server_state"], jax.tree.map(
+        lambda c: c.mean(0), full["client_state"]), atol=1e-6)
+    assert jax.tree.leaves(full["server_state"])
+
+
+def test_a_file_imports_the_modules_beside_it_and_a_module_is_found_in_the_run_folder(
+        tmp_path, monkeypatch):
+    """As ``python file.py`` and ``python -m module`` do: a spec's file imports its
+    neighbours, and ``module:FUNCTION`` (what ``fsc.train`` records for a script's function)
+    is found in the folder the command runs in."""
+    import sys
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(context, "_LOADED", {})
+    (tmp_path / "study").mkdir()
+    (tmp_path / "study" / "neighbour_terms.py").write_text("SCALE = 3\n")
+    (tmp_path / "study" / "method.py").write_text(
+        "from neighbour_terms import SCALE\ndef build(context):\n    return SCALE\n")
+    assert context.load(f"{tmp_path}/study/method.py:build")(None) == 3
+    (tmp_path / "cwd_method_module.py").write_text("def build(context):\n    return 7\n")
+    monkeypatch.chdir(tmp_path)
+    assert context.load("cwd_method_module:build")(None) == 7
+    for name in ("neighbour_terms", "cwd_method_module"):
+        sys.modules.pop(name, None)
 
 
 def test_a_broken_spec_is_one_line(tmp_path, capsys):
@@ -100,6 +126,81 @@ def test_a_broken_spec_is_one_line(tmp_path, capsys):
         captured = capsys.readouterr()
         assert said in captured.err and len(captured.err.strip().splitlines()) == 1
         assert "scene synthetic" not in captured.out  # refused before the data is read
+
+
+def test_overwrite_keeps_the_earlier_run_when_the_new_round_fails_to_trace(tmp_path, capsys,
+                                                                           monkeypatch):
+    """``--overwrite`` removes the earlier run only once the new run's round traces: a
+    ``server_update`` whose state changes shape is refused with the earlier run in place."""
+    monkeypatch.setattr(context, "_LOADED", {})
+    bad = tmp_path / "bad_server.py"
+    bad.write_text(
+        "import jax.numpy as jnp\n"
+        "import fedjax_sc as fsc\n"
+        "def build(context):\n"
+        "    alg = fsc.fedavg(context.text_classifier(), context.learning_rate)\n"
+        "    return alg._replace(hooks=fsc.Hooks(\n"
+        "        server_init=lambda params: jnp.zeros((2,)),\n"
+        "        client_end=lambda end: ((), jnp.ones((2,))),\n"
+        "        server_update=lambda s: (s.params, s.messages)))  # the sum forgotten\n")
+    out = str(tmp_path / "run")
+    assert cli.main(["train", *TINY, "--out", out, "--rounds", "1"]) == 0
+    before = sorted(p.name for p in Path(out).iterdir())
+    capsys.readouterr()
+    assert cli.main(["train", "--algorithm", f"{bad}:build", *TINY, "--out", out,
+                     "--overwrite"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["fedjax-sc: error: fedavg: Hooks.server_update returned a state whose "
+                   "leaf (root) is float32[2, 2] where it was given float32[2]"]
+    assert sorted(p.name for p in Path(out).iterdir()) == before
+    assert json.loads((Path(out) / "config.json").read_text())["algorithm"] == "fedavg"
+
+
+def test_resume_tells_of_an_algorithm_file_that_changed(tmp_path):
+    """The fingerprint records the user's algorithm file; a resume after an edit says so
+    (the rounds so far were trained with the earlier code) and goes on."""
+    import shutil
+    own = tmp_path / "own.py"
+    shutil.copy(EXAMPLE, own)
+    settings = dict(scene="synthetic", synthetic_clients=2, synthetic_train=12,
+                    synthetic_test=6, max_len=8, embed_dim=6, hidden=3, mlp_hidden=4,
+                    batch_size=4, local_epochs=1, ap=False)
+    fsc.train(f"{own}:scaffold", out=tmp_path / "run", rounds=1, log=lambda _: None, **settings)
+    record = json.loads((tmp_path / "run" / "fingerprint.json").read_text())["algorithm"]
+    assert record["file"] == str(own) and len(record["sha256"]) == 64
+    for edit, told in (("", False), ("# an edit\n", True)):
+        own.write_text(own.read_text() + edit)
+        lines = []
+        fsc.train(f"{own}:scaffold", out=tmp_path / "run", rounds=3 if told else 2,
+                  resume=True, log=lines.append, **settings)
+        assert any("the algorithm's file" in line and "changed" in line
+                   for line in lines) == told
+
+
+def test_an_error_in_the_users_code_shows_where_then_the_one_line(tmp_path, capsys,
+                                                                   monkeypatch):
+    """The one-line error names no file of a user's algorithm: an error raised in its code
+    comes with the traceback, which names the file and line, then the line; the library's own
+    errors stay one line (``FEDJAX_SC_TRACEBACK=1`` shows theirs)."""
+    monkeypatch.setattr(context, "_LOADED", {})
+    bad = tmp_path / "bad_method.py"
+    bad.write_text(
+        "import fedjax_sc as fsc\n"
+        "def client_end(end):\n"
+        "    a, b = (1, 2, 3)  # the user's bug\n"
+        "def build(context):\n"
+        "    alg = fsc.fedavg(context.text_classifier(), context.learning_rate)\n"
+        "    return alg._replace(hooks=fsc.Hooks(client_end=client_end))\n")
+    args = ["train", "--algorithm", f"{bad}:build", *TINY]
+    assert cli.main([*args, "--out", str(tmp_path / "a")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert any(f'File "{bad}", line 3, in client_end' in line for line in err)
+    assert err[-1] == "fedjax-sc: error: too many values to unpack (expected 2)"
+    assert cli.main([*args, "--out", str(tmp_path / "a"), "--rounds", "0"]) == 1
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1  # the library's check
+    monkeypatch.setenv("FEDJAX_SC_TRACEBACK", "1")
+    assert cli.main([*args, "--out", str(tmp_path / "a"), "--rounds", "0"]) == 1
+    assert "Traceback (most recent call last)" in capsys.readouterr().err
 
 
 def test_the_communication_figures_count_what_the_hooks_send(example, scene, model):

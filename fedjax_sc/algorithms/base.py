@@ -87,8 +87,10 @@ class ClientStart(NamedTuple):
         ``[N_max, len]``, labels int32 ``[N_max]``, mask bool ``[N_max]``, False on padding
         rows; the tokens are local-vocabulary ids where ``params`` holds a table as the
         client's rows), for what an algorithm needs of the client's data beyond the step's
-        batch (FedRoD's label counts); ``None`` where the caller holds none (the
-        communication probe). The client knows its own data: nothing of it leaves it.
+        batch (FedRoD's label counts); every client the engine runs has it (the
+        communication figures trace ``client_end`` with its shapes), ``None`` only in a
+        ``ClientStart`` built without it. The client knows its own data: nothing of it
+        leaves it.
 
     With local vocabularies, every leaf of ``state`` and ``server`` that sits at a
     word-embedding table's path (a path ending in ``embedding/embedding``) arrives as the
@@ -146,8 +148,8 @@ class ClientEnd(NamedTuple):
       steps: int32 scalar, the number of real local steps the client ran (SCAFFOLD's K).
       sent: the client's update as it sent it: its upload as the server decodes it, minus
         the model it downloaded (the shared leaves, local copies left out; tables as its
-        rows), upload noise and compression included, ``()`` where the caller has no upload
-        (the communication probe): see :func:`sent_update`.
+        rows), upload noise and compression included, ``()`` in a ``ClientEnd`` built without
+        it: see :func:`sent_update`.
     """
 
     start: ClientStart
@@ -252,18 +254,49 @@ class Hooks(NamedTuple):
     Delta_k and h_k): the communication figures count the message only."""
 
 
-def hook_pair(name: str, hook: str, what: str, out: Any) -> tuple[Any, Any]:
+def hook_pair(name: str, hook: str, what: str, out: Any,
+              like: tuple[Any, Any] = (None, None)) -> tuple[Any, Any]:
     """``out``, checked to be the pair that :class:`Hooks`' ``client_end`` and
-    ``server_update`` return (``what`` names it, e.g. ``"(params, state)"``).
+    ``server_update`` return (``what`` names it, e.g. ``"(params, state)"``), each half shaped
+    as its reference in ``like`` where that is not None (the state the hook was given: a state
+    that changes shape from one round to the next would fail later, far from its cause).
 
     Raises:
-      ValueError: ``out`` is not a 2-tuple (the message names algorithm ``name`` and the hook).
+      ValueError: ``out`` is not a 2-tuple, or a half differs from its reference in tree
+        structure, a leaf's shape or its dtype (the message names algorithm ``name``, the hook
+        and the leaf's path).
     """
     if not (isinstance(out, tuple) and len(out) == 2):
         size = f" of {len(out)}" if isinstance(out, tuple) else ""
         raise ValueError(f"{name}: Hooks.{hook} must return {what}, got a "
                          f"{type(out).__name__}{size}")
+    for half, got, ref in zip(what.strip("()").split(", "), out, like):
+        if ref is not None:
+            check_like(f"{name}: Hooks.{hook} returned a {half}", got, ref)
     return out
+
+
+def check_like(what: str, got: Any, ref: Any) -> None:
+    """Raises ValueError (``what``, then the first difference: the tree structures, or a
+    leaf's path, shape and dtype) unless ``got`` has ``ref``'s tree structure and every leaf
+    its reference's shape and dtype (arrays or ``jax.ShapeDtypeStruct``)."""
+    got_tree = jax.tree.structure(got)
+    ref_leaves, ref_tree = jax.tree.flatten(ref)
+    if got_tree != ref_tree:
+        raise ValueError(f"{what} of another structure than the one it was given: {got_tree} "
+                         f"where {ref_tree}")
+    for (path, g), r in zip(jax.tree_util.tree_flatten_with_path(got)[0], ref_leaves):
+        (g_shape, g_dtype), (r_shape, r_dtype) = _shape_dtype(g), _shape_dtype(r)
+        if g_shape != r_shape or g_dtype != r_dtype:
+            raise ValueError(f"{what} whose leaf {jax.tree_util.keystr(path) or '(root)'} is "
+                             f"{g_dtype}{list(g_shape)} where it was given "
+                             f"{r_dtype}{list(r_shape)}")
+
+
+def _shape_dtype(x: Any) -> tuple[tuple[int, ...], Any]:
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return tuple(x.shape), x.dtype
+    return jax.numpy.shape(x), jax.numpy.result_type(x)
 
 
 CENTRAL_TRAINERS = ("pooled", "multitask")

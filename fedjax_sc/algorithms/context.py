@@ -131,7 +131,12 @@ _LOADED: dict[str, Callable[[BuildContext], Any]] = {}
 
 def load(spec: str) -> Callable[[BuildContext], Any]:
     """The function ``spec`` names: ``path/to/file.py:FUNCTION`` (a file, loaded once per
-    process under a private module name) or ``package.module:FUNCTION`` (imported).
+    process under a private module name) or ``package.module:FUNCTION`` (imported). As
+    ``python path/to/file.py`` and ``python -m package.module`` do, the file's folder, or the
+    current folder for a module, is put first on ``sys.path`` (where it is not on it yet), so
+    that the file imports the modules beside it and a module of the folder a run is started
+    from is found by the ``fedjax-sc`` command too (a run ``fsc.train`` started from a
+    script records its function as ``module:FUNCTION``).
 
     Raises:
       ValueError: a malformed spec, a file or module that does not exist or fails to import
@@ -148,12 +153,14 @@ def load(spec: str) -> Callable[[BuildContext], Any]:
             path = Path(where)
             if not path.is_file():
                 raise ValueError(f"--algorithm {spec!r}: no file {where}")
+            _on_path(path.resolve().parent)
             name = f"fedjax_sc_user_{abs(hash(str(path.resolve())))}"
             module_spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(module_spec)
             sys.modules[name] = module  # dataclasses and pickling look modules up by name
             module_spec.loader.exec_module(module)
         else:
+            _on_path(Path.cwd())
             module = importlib.import_module(where)
     except ValueError:
         raise
@@ -165,3 +172,11 @@ def load(spec: str) -> Callable[[BuildContext], Any]:
         raise ValueError(f"--algorithm {spec!r}: {where} has no function {function!r}")
     _LOADED[spec] = fn
     return fn
+
+
+def _on_path(folder: Path) -> None:
+    """``folder`` first on ``sys.path`` unless it is on it already (or ``""``, the current
+    folder, is and ``folder`` is the current folder)."""
+    here = [Path(p or ".").resolve() for p in sys.path]
+    if folder.resolve() not in here:
+        sys.path.insert(0, str(folder))

@@ -36,10 +36,12 @@ from flax import traverse_util
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import (
     Algorithm,
+    Batch,
     ClientEnd,
     ClientStart,
     UploadContext,
     encode_upload,
+    hook_pair,
 )
 from fedjax_sc.core import copies
 from fedjax_sc.core.leaves import gather_table_rows, table_of
@@ -149,7 +151,8 @@ def account(algorithm: Algorithm, state: ServerState, clients: ClientData,
         lambda p, c: encode_upload(upload, p, state.upload_state, jax.random.key(0), c),
         struct, context)
     server, end = hooks_traffic(algorithm, state, params, tables,
-                                None if masks is None else masks.shape[1], client_states)
+                                None if masks is None else masks.shape[1], client_states,
+                                clients)
     figures = {k: [] for k in Communication._fields}
     model_up = algorithm.hooks.upload_sent  # False: the server reads the messages alone
     for rows in rows_per_client:
@@ -164,10 +167,18 @@ def account(algorithm: Algorithm, state: ServerState, clients: ClientData,
 
 
 def hooks_traffic(algorithm: Algorithm, state: ServerState, shared: Any, tables: list[str],
-                  width: int | None, client_states: ClientStates | None) -> tuple[Any, Any]:
+                  width: int | None, client_states: ClientStates | None,
+                  clients: ClientData) -> tuple[Any, Any]:
     """Shapes of the server's algorithm state as a client downloads it and of a client's
     ``client_end`` message, as far as the hooks send them (``()`` for none); ``width``: the
-    clients' row count with local vocabularies (None: whole tables)."""
+    clients' row count with local vocabularies (None: whole tables). The hook is traced with
+    the shapes a client has in the round (its ``start.data`` included), so a hook that fails
+    to trace, or returns other than ``(state, message)`` with the state shaped as given,
+    fails here, before any round or file.
+
+    Raises:
+      ValueError: from :func:`fedjax_sc.algorithms.base.hook_pair`.
+    """
     hooks = algorithm.hooks
     paths = [tuple(t.split("/")) for t in tables]
     if width is None:
@@ -186,10 +197,13 @@ def hooks_traffic(algorithm: Algorithm, state: ServerState, shared: Any, tables:
     else:
         private, own = first(client_states.private), first(client_states.algorithm)
     params = rows(masking.merge(shared, private))
-    start = ClientStart(params, (), 0, rows(own), rows(state.algorithm))
+    one = lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype)  # one client's split
+    data = Batch(one(clients.tokens), one(clients.labels), one(clients.mask))
+    start = ClientStart(params, (), 0, rows(own), rows(state.algorithm), data)
     _, message = jax.eval_shape(
-        lambda s, p, u: hooks.client_end(ClientEnd(s, p, jax.numpy.int32(1), u)), start,
-        params, rows(shared))
+        lambda s, p, u: hook_pair(algorithm.name, "client_end", "(state, message)",
+                                  hooks.client_end(ClientEnd(s, p, jax.numpy.int32(1), u)),
+                                  like=(s.state, None)), start, params, rows(shared))
     return server, message
 
 

@@ -236,7 +236,8 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
 
         def one(end, sent, own, ids, vmask):
             new_own, message = hook_pair(algorithm.name, "client_end", "(state, message)",
-                                         hooks.client_end(end._replace(sent=sent)))
+                                         hooks.client_end(end._replace(sent=sent)),
+                                         like=(end.start.state, None))
             # a client that ran no step (padding, dropped) keeps its state
             own = scatter_table_rows(keep_where(end.steps > 0, new_own, end.start.state),
                                      own, ids, vmask, row_tables)
@@ -333,9 +334,10 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
             messages, decoded = keep_where(trained, (messages, decoded),
                                            jax.tree.map(jnp.zeros_like, (messages, decoded)))
             params, server = hook_pair(algorithm.name, "server_update", "(params, state)",
-                                   hooks.server_update(ServerInputs(
-                                       params, base, server, messages, weights, trained,
-                                       reduce, decoded)))
+                                       hooks.server_update(ServerInputs(
+                                           params, base, server, messages, weights, trained,
+                                           reduce, decoded)),
+                                       like=(params, server))
         params = copies.restore_copies(params, state.params, algorithm.local_copies)
         # no client with an example (weights summing to 0): the mean would be all zeros and
         # kill the model for good; the server keeps its model and optimizer state instead

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
 
 from fedjax_sc.run import config
@@ -328,12 +330,12 @@ def main(argv: list[str] | None = None) -> int:
         if lost:
             print(f"fedjax-sc: error: {lost}; {_saved(command, args, everyone=True)}",
                   file=sys.stderr)
-        elif isinstance(e, OSError):  # FileExistsError, FileNotFoundError, a full disk...
-            print(f"fedjax-sc: error: {_os_error(e)}", file=sys.stderr)
-        elif isinstance(e, (NonFiniteUpdateError, ValueError, RuntimeError)):
-            print(f"fedjax-sc: error: {e}", file=sys.stderr)
+        elif isinstance(e, (OSError, NonFiniteUpdateError, ValueError, RuntimeError)):
+            if os.environ.get("FEDJAX_SC_TRACEBACK") == "1" or _raised_in_user_code(e):
+                traceback.print_exception(e)  # where in the user's code (or any, if asked)
+            line = _os_error(e) if isinstance(e, OSError) else e  # FileExistsError, a full disk
+            print(f"fedjax-sc: error: {line}", file=sys.stderr)
         elif processes.several():  # a bug: its traceback, without waiting for the others
-            import traceback
             traceback.print_exc()
         else:
             raise
@@ -362,6 +364,27 @@ def _saved(command: str, args: dict, everyone: bool = False) -> str:
     return (f"round {rounds[-1]} is saved in {ckpts}; add --resume to the same command "
             f"{again}to go on from there" + (" (with any number of processes)" if everyone
                                               else ""))
+
+
+def _raised_in_user_code(e: BaseException) -> bool:
+    """Whether ``e`` (or an exception it was raised from) passed through a file of a user's
+    algorithm (``--algorithm FILE.py:F`` or ``module:F``): its traceback then goes before the
+    one-line error, since the line alone names no file of the user's code."""
+    from fedjax_sc.algorithms import context
+    files = set()
+    for fn in context._LOADED.values():
+        try:
+            files.add(Path(inspect.getsourcefile(fn)).resolve())
+        except (TypeError, OSError):
+            pass
+    seen = set()
+    while e is not None and id(e) not in seen and files:
+        seen.add(id(e))
+        for frame in traceback.extract_tb(e.__traceback__):
+            if Path(frame.filename).resolve() in files:
+                return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _os_error(e: OSError) -> str:

@@ -89,6 +89,8 @@ def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result,
     log(table)
     report["params"] = state.params
     report["private"] = client_states.private
+    report["server_state"] = state.algorithm  # the algorithm's own (Hooks.server_init)
+    report["client_state"] = client_states.algorithm  # stacked [N, ...] (Hooks.client_init)
     return report
 
 

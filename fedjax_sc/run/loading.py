@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from fedjax_sc.algorithms import context
 from fedjax_sc.core import communication, sharding
 from fedjax_sc.data import partition, scenes, synthetic
 from fedjax_sc.data.client_data import ClientData, host_client_data
@@ -244,11 +246,20 @@ def _spans(mesh, n: int) -> list[tuple[int, int]] | None:
 
 def fingerprint(c: TrainConfig, files: dict | None, vocab_json: str) -> dict[str, Any]:
     """:func:`fedjax_sc.run.rundir.fingerprint` of the run, from the gathered digests
-    ``files`` of :func:`load` when given (the same record as one process writes)."""
+    ``files`` of :func:`load` when given (the same record as one process writes); with a
+    user's algorithm (``--algorithm FILE.py:F`` or ``module:F``) also its source file
+    (``"algorithm": {"file", "bytes", "sha256"}``), which ``--resume`` tells of when it
+    changed."""
     if files is None:
-        return rundir.fingerprint(corpus_files(c), vocab_json)
-    return {"files": files, **{k: v for k, v in rundir.fingerprint([], vocab_json).items()
-                                if k != "files"}}
+        record = rundir.fingerprint(corpus_files(c), vocab_json)
+    else:
+        record = {"files": files, **{k: v for k, v in
+                                     rundir.fingerprint([], vocab_json).items() if k != "files"}}
+    if context.is_spec(c.algorithm):
+        source = inspect.getsourcefile(context.load(c.algorithm))
+        if source is not None:
+            record["algorithm"] = {"file": source, **rundir.file_digest(Path(source))}
+    return record
 
 
 def train_split(scene: scenes.Scene, local_vocab: bool) -> ClientData:

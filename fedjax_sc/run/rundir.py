@@ -156,7 +156,9 @@ def check_resume_data(out: Path, now: dict[str, Any], vocab_json: str) -> str | 
     """Compares the data of a resumed run with what ``out`` recorded.
 
     A run written before fingerprints existed has only ``vocab.json``: the vocabulary is
-    compared with it, and a note is returned (the caller writes the fingerprint then).
+    compared with it, and a note is returned (the caller writes the fingerprint then). A
+    user's algorithm file that changed since (``"algorithm"`` in both fingerprints) is not
+    refused (a fix the user means to train on), but told of in the note.
 
     Raises:
       ValueError: the corpus files or the vocabulary differ (the message names each change).
@@ -175,6 +177,11 @@ def check_resume_data(out: Path, now: dict[str, Any], vocab_json: str) -> str | 
     if not saved_path.exists():
         return (f"{out} has no data fingerprint (an older run); its vocabulary matches "
                 f"vocab.json; recording the fingerprint now")
+    was, now_code = read_json(saved_path).get("algorithm"), now.get("algorithm")
+    if was and now_code and was["sha256"] != now_code["sha256"]:
+        return (f"--resume: the algorithm's file {now_code['file']} changed since the rounds "
+                f"in {out} were trained ({was['bytes']:,} -> {now_code['bytes']:,} bytes); "
+                f"the rounds to come train with it as it is now")
     return None
 
 
@@ -225,12 +232,13 @@ def check_out_dir(out: Path, c: TrainConfig) -> None:
             raise FileNotFoundError(f"--resume: no run to resume in {out} (no config.json)")
         if run_files(out):
             raise FileExistsError(f"{out} holds part of a run ({', '.join(run_files(out))}"
-                                  f") but no config.json; pass --overwrite to replace it, or "
-                                  f"choose another --out")
+                                  f") but no config.json; pass --overwrite (fsc.train: "
+                                  f"overwrite=True) to replace it, or choose another --out")
         return
     if not c.resume:
         raise FileExistsError(f"{out} already holds a run; pass --resume to continue it, "
-                              f"--overwrite to replace it, or choose another --out")
+                              f"--overwrite to replace it (fsc.train: resume=True, "
+                              f"overwrite=True), or choose another --out")
     diff = config_diff(read_json(saved), c)
     if diff:
         raise ValueError(f"--resume with a different configuration than {saved}: {diff}")

@@ -87,7 +87,9 @@ def train(config: TrainConfig, log: Callable[[str], None] = print,
     Returns:
       The final report: ``{"rounds", "Ag" (None when not applicable), "Ap", "ap_mode",
       "clients": [{"client", "N", "M", "Ag", "personal", "Ap"}...], "params": final global
-      params, "private": the clients' private leaves, ...}``.
+      params, "private": the clients' private leaves, "server_state" and "client_state": the
+      algorithm's own final states (:class:`~fedjax_sc.algorithms.base.Hooks`; the clients'
+      stacked ``[N, ...]``, ``()`` without one), ...}``.
 
     Raises:
       NonFiniteUpdateError: a client's update turned NaN/inf (names round and client).
@@ -248,12 +250,24 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, checked: processes.Agreem
     started afresh), rounds ``start + 1 .. rounds`` of the members (one compiled program),
     each round's metrics row, tracking and checkpoint; a member whose update is not finite
     stops; then each running member's finish (evaluation, Ap phase, report)."""
+    c, size, scene, setups, names = cs[0], len(cs), p.scene, p.setups, p.client_names
+    central = setups[0].algorithm.central
+    trainer = (functools.partial(build_round, work=setups[0].work) if central is None
+               else central_trainers.builder(central))
+    if any(m.overwrite and rundir.run_files(Path(m.out)) for m in cs):
+        # the new run's round traced (shapes only, nothing compiled) before an earlier run
+        # is removed: an algorithm that fails to trace (a user's hook) leaves it in place
+        own = p.client_states
+        if scene.share:  # this process's clients, as its feed gives them to the round
+            first, k = scene.share[0], p.round_host.num_clients
+            own = jax.tree.map(lambda x: x[:, first:first + k], own)
+        jax.eval_shape(population.build_population_round(
+            p.build, batch_size=c.batch_size, local_epochs=c.local_epochs, trainer=trainer),
+            p.state, own, p.round_host, p.keys, p.hparams)
     start, state, client_states = folders.prepare(cs, p.scene, p.files, p.state,
                                                   p.client_states, checked, log)
-    c, size, scene, setups, names = cs[0], len(cs), p.scene, p.setups, p.client_names
     say = ([log] if size == 1 else
            [lambda line, name=Path(m.out).name: log(f"[{name}] {line}") for m in cs])
-    central = setups[0].algorithm.central
     metrics_paths = [Path(m.out) / "metrics.jsonl" for m in cs]
     ckpts = [folders.manager(Path(m.out)) for m in cs]
     status = ["running"] * size
@@ -292,9 +306,7 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, checked: processes.Agreem
     if start < c.rounds:
         t0 = time.perf_counter()
         step = population.build_population_round(
-            p.build, batch_size=c.batch_size, local_epochs=c.local_epochs,
-            trainer=(functools.partial(build_round, work=setups[0].work) if central is None
-                     else central_trainers.builder(central)),
+            p.build, batch_size=c.batch_size, local_epochs=c.local_epochs, trainer=trainer,
             per_member_data=feed.partial, member_shards=rows)
 
         def placed(states, private, data, keys, values):  # outputs placed as the inputs

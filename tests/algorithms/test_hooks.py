@@ -45,6 +45,54 @@ def test_a_hook_that_returns_no_pair_is_named(model, scene, rounds, hook):
                scene.num_clients)
 
 
+@pytest.mark.parametrize("hook", ["client_end", "server_update"])
+def test_a_hook_whose_state_changes_shape_is_named_with_the_leaf(model, scene, rounds, hook):
+    """A state returned with another shape than the one given (a sum over clients forgotten)
+    fails when the round is traced, naming the hook and the leaf, not a round later in a
+    broadcasting error."""
+    if hook == "client_end":
+        bad = Hooks(client_init=lambda params: {"c": jnp.zeros((3,), jnp.float32)},
+                    client_end=lambda end: ({"c": jnp.zeros((2, 3), jnp.float32)}, ()))
+        shapes = "float32[2, 3] where it was given float32[3]"
+    else:
+        bad = Hooks(server_init=lambda params: {"c": jnp.zeros((3,), jnp.float32)},
+                    client_end=lambda end: ((), jnp.ones((3,), jnp.float32)),
+                    server_update=lambda s: (s.params, {"c": s.messages}))
+        shapes = f"float32[{scene.num_clients}, 3] where it was given float32[3]"
+    algorithm = fedavg(model, 0.1, 0.0)._replace(hooks=bad)
+    with pytest.raises(ValueError, match=re.escape(
+            f"fedavg: Hooks.{hook} returned a state whose leaf ['c'] is {shapes}")):
+        rounds(algorithm, model, client_data(scene.train, local_vocab=True), 1,
+               scene.num_clients)
+
+
+def test_the_communication_figures_trace_client_end_with_the_clients_data(model, scene):
+    """The communication figures trace ``client_end`` before any round, with the shapes a
+    client has in the round (its whole split in ``start.data``), and name a hook that returns
+    other than its pair there too."""
+    import jax
+
+    from fedjax_sc.core import communication
+    from fedjax_sc.core.round import init_states
+    from fedjax_sc.models.text_classifier import init_params
+
+    def per_class_counts(end):  # reads the client's data, as FedRoD's or q-FFL's hooks do
+        return (), jnp.zeros((2,)).at[end.start.data.labels].add(end.start.data.mask)
+
+    data = client_data(scene.train, local_vocab=True)
+    params = init_params(model, jax.random.key(0))
+    for hook, ok in ((per_class_counts, True), (lambda end: ((), (), ()), False)):
+        algorithm = fedavg(model, 0.1, 0.0)._replace(hooks=Hooks(client_end=hook))
+        state, clients = init_states(algorithm, params, scene.num_clients)
+        if ok:
+            comm = communication.account(algorithm, state, data, client_states=clients)
+            assert comm.upload_dense_floats[0] > comm.download_floats[0]  # + the 2 counts
+        else:
+            with pytest.raises(ValueError, match=re.escape(
+                    "fedavg: Hooks.client_end must return (state, message), got a tuple of 3")):
+                communication.account(algorithm, state, data, client_states=clients)
+
+
 def test_a_state_that_turns_nan_marks_the_client_not_finite(model, scene, rounds):
     """A client whose hook state goes nan is reported as the run's divergence check reads it
     (RoundMetrics.finite), as a nan in its params is; the others stay finite."""
