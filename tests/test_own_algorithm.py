@@ -97,6 +97,27 @@ def test_fsc_train_takes_the_function_itself_and_resumes(tmp_path):
     assert jax.tree.leaves(full["server_state"])
 
 
+def test_fedavg_built_in_a_file_is_the_built_in_fedavg_with_the_runs_upload_noise(
+        tmp_path, monkeypatch):
+    """The run chains ``--upload-noise`` after a user's upload, and in its place where the
+    algorithm sends its model as it is: FedAvg built in a file draws the built-in FedAvg's
+    noise, so a method that reduces to FedAvg compares with it exactly (a chain of the
+    identity and the noise drew other noise: the two runs differed by up to 0.05)."""
+    monkeypatch.setattr(context, "_LOADED", {})
+    own = tmp_path / "plain_fedavg.py"
+    own.write_text("import fedjax_sc as fsc\n"
+                   "def build(context):\n"
+                   "    return fsc.fedavg(context.text_classifier(), context.learning_rate,\n"
+                   "                      context.momentum, context.embedding_learning_rate)\n")
+    settings = dict(scene="synthetic", synthetic_clients=2, synthetic_train=12,
+                    synthetic_test=6, max_len=8, embed_dim=6, hidden=3, mlp_hidden=4,
+                    batch_size=4, local_epochs=1, ap=False, log=lambda _: None, rounds=2,
+                    upload_noise=0.05)
+    built_in = fsc.train("fedavg", out=tmp_path / "a", **settings)
+    in_a_file = fsc.train(f"{own}:build", out=tmp_path / "b", **settings)
+    chex.assert_trees_all_equal(built_in["params"], in_a_file["params"])
+
+
 def test_a_file_imports_the_modules_beside_it_and_a_module_is_found_in_the_run_folder(
         tmp_path, monkeypatch):
     """As ``python file.py`` and ``python -m module`` do: a spec's file imports its

@@ -94,22 +94,23 @@ def encode_upload(transform: UploadTransform, params: Params, state: Any, rng: j
     return out if want == 3 else (*out, ())
 
 
+def _send_as_is(params, state, rng, context=None):
+    del state, rng, context
+    return params, {}
+
+
+def _received_as_is(message, state, context=None):
+    del state, context
+    return message
+
+
+_IDENTITY = UploadTransform(lambda params: (), _send_as_is, _received_as_is)
+
+
 def identity_upload() -> UploadTransform:
-    """The upload transform that sends the shared leaves as they are (FedAvg, KTEPS)."""
-
-    def init(params):
-        del params
-        return ()
-
-    def encode(params, state, rng, context=None):
-        del state, rng, context
-        return params, {}
-
-    def decode(message, state, context=None):
-        del state, context
-        return message
-
-    return UploadTransform(init, encode, decode)
+    """The upload transform that sends the shared leaves as they are (FedAvg, KTEPS); one
+    value, so ``upload == identity_upload()`` tells whether an algorithm's upload is it."""
+    return _IDENTITY
 
 
 def chain(*transforms: UploadTransform) -> UploadTransform:

@@ -67,7 +67,7 @@ from fedjax_sc.algorithms import (
     scaffold,
 )
 from fedjax_sc.algorithms.asp import asp
-from fedjax_sc.algorithms.base import Algorithm, chain
+from fedjax_sc.algorithms.base import Algorithm, chain, identity_upload
 from fedjax_sc.algorithms.context import BuildContext, ReadOptions, is_spec, load
 from fedjax_sc.algorithms.dp_sgd import NO_NOISE, dp_sgd
 from fedjax_sc.algorithms.fedavg import fedavg
@@ -294,6 +294,9 @@ def user_algorithm(spec: str, *, vocab_size: int, num_classes: int, embed_dim: i
                          f"builds)")
     pca_band, upload_noise = upload_settings(spec, embed_dim, pca_band, upload_noise)
     if pca_band is not None or not is_zero(upload_noise) or upload_compression != NO_COMPRESSION:
-        algorithm = algorithm._replace(upload=chain(algorithm.upload, run_upload(
-            pca_band, upload_noise, o["pca_center"], upload_compression)))
+        upload = run_upload(pca_band, upload_noise, o["pca_center"], upload_compression)
+        # after an upload of its own; in its place where it sends the model as it is, so
+        # that FedAvg built in a file draws the built-in FedAvg's noise
+        algorithm = algorithm._replace(upload=upload if algorithm.upload == identity_upload()
+                                       else chain(algorithm.upload, upload))
     return _run_wrappers(algorithm, o, dp_clip, dp_noise, server_opt)
