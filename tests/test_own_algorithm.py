@@ -149,6 +149,37 @@ def test_a_broken_spec_is_one_line(tmp_path, capsys):
         assert "scene synthetic" not in captured.out  # refused before the data is read
 
 
+def test_a_checkpoint_of_another_structure_is_refused_and_left_in_place(tmp_path, capsys,
+                                                                       monkeypatch):
+    """A resume whose algorithm now keeps a state its checkpoints lack (the file edited, or
+    another version) is not a damaged folder: nothing is moved to corrupt-checkpoints/, the
+    line says why, and the run resumes once the code is as it was."""
+    own = tmp_path / "stateful.py"
+    plain = ("import jax.numpy as jnp\nimport fedjax_sc as fsc\n"
+             "def build(context):\n"
+             "    return fsc.fedavg(context.text_classifier(), context.learning_rate)\n")
+    own.write_text(plain)
+    out = str(tmp_path / "run")
+    args = ["train", "--algorithm", f"{own}:build", *TINY, "--out", out]
+    monkeypatch.setattr(context, "_LOADED", {})
+    assert cli.main([*args[:-2], "--rounds", "1", "--out", out]) == 0
+    own.write_text(plain.replace("    return fsc.fedavg(", "    return with_c(fsc.fedavg(")
+                   .rstrip() + ")\n" + "def with_c(alg):\n"
+                   "    return alg._replace(hooks=fsc.Hooks(server_init=lambda p: jnp.zeros(3),\n"
+                   "        server_update=lambda s: (s.params, s.state)))\n")
+    monkeypatch.setattr(context, "_LOADED", {})
+    capsys.readouterr()
+    assert cli.main([*args, "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert "holds states of another structure than this run's" in err
+    assert "nothing was moved" in err.splitlines()[-1]
+    assert not (tmp_path / "run" / "corrupt-checkpoints").exists()
+    assert (tmp_path / "run" / "checkpoints" / "1").is_dir()
+    own.write_text(plain)
+    monkeypatch.setattr(context, "_LOADED", {})
+    assert cli.main([*args, "--resume"]) == 0
+
+
 def test_overwrite_keeps_the_earlier_run_when_the_new_round_fails_to_trace(tmp_path, capsys,
                                                                            monkeypatch):
     """``--overwrite`` removes the earlier run only once the new run's round traces: a

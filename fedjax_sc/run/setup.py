@@ -174,6 +174,12 @@ def restore_checkpoint(ckpt: ocp.CheckpointManager, step: int, state: ServerStat
     except Exception as e:  # orbax / TensorStore raise many types for a damaged folder
         if processes.lost_contact(e):  # another process is gone: the folder is not at fault
             raise
+        if isinstance(e, ValueError) and "structures do not match" in str(e):  # orbax's words
+            raise CheckpointLayoutError(
+                f"round {step} in {ckpt.directory} holds states of another structure than "
+                f"this run's (a run begun with another version of the library or of its "
+                f"algorithm): nothing was moved; resume it with the code it was begun with, "
+                f"or start afresh with --overwrite") from e
         raise CheckpointError(f"round {step} in {ckpt.directory} cannot be read "
                               f"({type(e).__name__}: {_first_line(e)})") from e
     expected = _digests(ckpt).get(str(step))
@@ -197,19 +203,38 @@ def newest_verified(ckpt: ocp.CheckpointManager, state: ServerState,
 
     A checkpoint that fails is moved (never deleted) to ``corrupt-checkpoints/<round>`` beside
     the ``checkpoints`` folder (by process 0 of several), with a one-line warning naming it,
-    and the next older one is tried.
+    and the next older one is tried. A checkpoint whose states have another structure than
+    the run's is moved so only once an older one restores (then it was damaged); where none
+    does, the run was begun by other code, and nothing is moved.
+
+    Raises:
+      CheckpointLayoutError: no checkpoint restores and some hold states of another
+        structure than the run's (the newest such named; nothing moved).
     """
+    def aside(step: int, e: CheckpointError) -> None:
+        where = Path(ckpt.directory).parent / "corrupt-checkpoints" / str(step)
+        if processes.primary():
+            where.parent.mkdir(exist_ok=True)
+            Path(ckpt.directory, str(step)).rename(where)
+        processes.barrier(f"moved aside {where}")
+        ckpt.reload()
+        log(f"warning: {e}; moved it to {where} and trying the round before")
+
+    other_layout: list[tuple[int, CheckpointLayoutError]] = []
     for step in sorted(ckpt.all_steps(), reverse=True):
         try:
-            return step, restore_checkpoint(ckpt, step, state, client_states)
+            restored = restore_checkpoint(ckpt, step, state, client_states)
+        except CheckpointLayoutError as e:
+            other_layout.append((step, e))
+            continue
         except CheckpointError as e:
-            aside = Path(ckpt.directory).parent / "corrupt-checkpoints" / str(step)
-            if processes.primary():
-                aside.parent.mkdir(exist_ok=True)
-                Path(ckpt.directory, str(step)).rename(aside)
-            processes.barrier(f"moved aside {aside}")
-            ckpt.reload()
-            log(f"warning: {e}; moved it to {aside} and trying the round before")
+            aside(step, e)
+            continue
+        for later, e in other_layout:  # newer than one that restores: damaged after all
+            aside(later, e)
+        return step, restored
+    if other_layout:
+        raise other_layout[0][1]
     return None
 
 
@@ -322,6 +347,11 @@ def tested_files(out: str | Path) -> dict[str, Any]:
 
 class CheckpointError(RuntimeError):
     """A round's checkpoint could not be written; the rounds before it are on disk."""
+
+
+class CheckpointLayoutError(CheckpointError):
+    """A checkpoint holds states of another tree structure than the run restoring it (begun
+    with another version of the library or of its algorithm): not damage, so not moved."""
 
 
 def save_checkpoint(ckpt: ocp.CheckpointManager, r: int, state: ServerState,
