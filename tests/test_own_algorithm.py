@@ -67,6 +67,12 @@ TINY = ["--scene", "synthetic", "--synthetic-clients", "2", "--synthetic-train",
         "--ap-steps", "2", "--rounds", "2"]
 
 
+TINY_SETTINGS = dict(scene="synthetic", synthetic_clients=2, synthetic_train=12,
+                     synthetic_test=6, max_len=8, embed_dim=6, hidden=3, mlp_hidden=4,
+                     batch_size=4, local_epochs=1, ap=False)
+"""``TINY`` for ``fsc.train`` (no Ap phase)."""
+
+
 def test_the_cli_runs_a_users_algorithm_as_a_population_of_seeds(tmp_path):
     assert cli.main(["train", "--algorithm", SCAFFOLD, *TINY, "--seeds", "0,1",
                      "--out", str(tmp_path / "pop")]) in (0, None)
@@ -82,9 +88,7 @@ def test_the_cli_runs_a_users_algorithm_as_a_population_of_seeds(tmp_path):
 
 def test_fsc_train_takes_the_function_itself_and_resumes(tmp_path):
     scaffold = context.load(SCAFFOLD)
-    settings = dict(scene="synthetic", synthetic_clients=2, synthetic_train=12,
-                    synthetic_test=6, max_len=8, embed_dim=6, hidden=3, mlp_hidden=4,
-                    batch_size=4, local_epochs=1, ap=False, log=lambda _: None)
+    settings = dict(TINY_SETTINGS, log=lambda _: None)
     full = fsc.train(scaffold, out=tmp_path / "full", rounds=2, **settings)
     fsc.train(scaffold, out=tmp_path / "cut", rounds=1, **settings)
     resumed = fsc.train(scaffold, out=tmp_path / "cut", rounds=2, resume=True, **settings)
@@ -109,10 +113,7 @@ def test_fedavg_built_in_a_file_is_the_built_in_fedavg_with_the_runs_upload_nois
                    "def build(context):\n"
                    "    return fsc.fedavg(context.text_classifier(), context.learning_rate,\n"
                    "                      context.momentum, context.embedding_learning_rate)\n")
-    settings = dict(scene="synthetic", synthetic_clients=2, synthetic_train=12,
-                    synthetic_test=6, max_len=8, embed_dim=6, hidden=3, mlp_hidden=4,
-                    batch_size=4, local_epochs=1, ap=False, log=lambda _: None, rounds=2,
-                    upload_noise=0.05)
+    settings = dict(TINY_SETTINGS, log=lambda _: None, rounds=2, upload_noise=0.05)
     built_in = fsc.train("fedavg", out=tmp_path / "a", **settings)
     in_a_file = fsc.train(f"{own}:build", out=tmp_path / "b", **settings)
     chex.assert_trees_all_equal(built_in["params"], in_a_file["params"])
@@ -214,9 +215,7 @@ def test_resume_tells_of_an_algorithm_file_that_changed(tmp_path):
     import shutil
     own = tmp_path / "own.py"
     shutil.copy(EXAMPLE, own)
-    settings = dict(scene="synthetic", synthetic_clients=2, synthetic_train=12,
-                    synthetic_test=6, max_len=8, embed_dim=6, hidden=3, mlp_hidden=4,
-                    batch_size=4, local_epochs=1, ap=False)
+    settings = TINY_SETTINGS
     fsc.train(f"{own}:scaffold", out=tmp_path / "run", rounds=1, log=lambda _: None, **settings)
     record = json.loads((tmp_path / "run" / "fingerprint.json").read_text())["algorithm"]
     assert record["file"] == str(own) and len(record["sha256"]) == 64

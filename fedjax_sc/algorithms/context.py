@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import math
 import sys
 import types
@@ -180,3 +181,19 @@ def _on_path(folder: Path) -> None:
     here = [Path(p or ".").resolve() for p in sys.path]
     if folder.resolve() not in here:
         sys.path.insert(0, str(folder))
+
+
+def source_file(fn: Callable[..., Any]) -> Path | None:
+    """The file that defines ``fn`` (a user's algorithm function), resolved; None where
+    Python cannot tell (a builtin, a function made at run time)."""
+    try:
+        source = inspect.getsourcefile(fn)
+    except TypeError:
+        return None
+    return None if source is None else Path(source).resolve()
+
+
+def loaded_files() -> set[Path]:
+    """The files of the user's algorithm functions this process has loaded
+    (:func:`load`, or given to ``fsc.train``)."""
+    return {f for f in map(source_file, _LOADED.values()) if f is not None}

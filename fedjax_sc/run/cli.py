@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import logging
 import os
 import sys
@@ -371,13 +370,7 @@ def _raised_in_user_code(e: BaseException) -> bool:
     algorithm (``--algorithm FILE.py:F`` or ``module:F``): its traceback then goes before the
     one-line error, since the line alone names no file of the user's code."""
     from fedjax_sc.algorithms import context
-    files = set()
-    for fn in context._LOADED.values():
-        try:
-            files.add(Path(inspect.getsourcefile(fn)).resolve())
-        except (TypeError, OSError):
-            pass
-    seen = set()
+    files, seen = context.loaded_files(), set()
     while e is not None and id(e) not in seen and files:
         seen.add(id(e))
         for frame in traceback.extract_tb(e.__traceback__):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -256,9 +255,9 @@ def fingerprint(c: TrainConfig, files: dict | None, vocab_json: str) -> dict[str
         record = {"files": files, **{k: v for k, v in
                                      rundir.fingerprint([], vocab_json).items() if k != "files"}}
     if context.is_spec(c.algorithm):
-        source = inspect.getsourcefile(context.load(c.algorithm))
+        source = context.source_file(context.load(c.algorithm))
         if source is not None:
-            record["algorithm"] = {"file": source, **rundir.file_digest(Path(source))}
+            record["algorithm"] = {"file": str(source), **rundir.file_digest(source)}
     return record
 
 
