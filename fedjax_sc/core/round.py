@@ -426,9 +426,18 @@ def make_round_step(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
     """``jax.jit`` of :func:`build_round` (the same arguments, ``work`` included): the whole
     round is one compiled program.
 
-    It compiles once per run (the shapes of the states and client data are fixed);
-    ``donate=True`` lets XLA reuse the old states' buffers for the new ones (the caller must
-    not use the old states afterwards).
+    It compiles once per input shape: once per run when every client takes part, or when the
+    feed pads every sampled round to one size (``ClientFeed(padding="global")``); otherwise
+    once per padded example count (``"bucket"``, the default: one per size of
+    :func:`~fedjax_sc.core.participation.example_ladder`, at most ``ceil(log2 cap) + 1``;
+    ``"sampled"``: one per distinct largest sampled client).
+
+    ``donate=True`` lets XLA write the new server and client states into the old ones'
+    buffers, so a round holds one copy of them instead of two (SCAFFOLD's, FedDyn's and
+    Ditto's client states are model-sized per client); the caller must not use the old
+    states afterwards, as in ``state, clients, m = round_step(state, clients, ...)``. Off by
+    default, so that a loop that keeps an earlier state (a test, a comparison) stays valid;
+    ``fedjax-sc train`` donates.
     """
     fn = build_round(algorithm, batch_size=batch_size, local_epochs=local_epochs,
                      table_paths=table_paths, work=work)
