@@ -228,17 +228,21 @@ def test_resume_tells_of_an_algorithm_file_that_changed(tmp_path):
                    for line in lines) == told
 
 
+@pytest.mark.parametrize("bug, line", [
+    ("a, b = (1, 2, 3)", "too many values to unpack (expected 2)"),
+    ("{}['mu']", "KeyError: 'mu'")])
 def test_an_error_in_the_users_code_shows_where_then_the_one_line(tmp_path, capsys,
-                                                                   monkeypatch):
-    """The one-line error names no file of a user's algorithm: an error raised in its code
-    comes with the traceback, which names the file and line, then the line; the library's own
-    errors stay one line (``FEDJAX_SC_TRACEBACK=1`` shows theirs)."""
+                                                                   monkeypatch, bug, line):
+    """The one-line error names no file of a user's algorithm: an error of any type raised in
+    its code comes with the traceback, which names the file and line, then the line (with the
+    type's name where the message alone would not say it); the library's own errors stay one
+    line (``FEDJAX_SC_TRACEBACK=1`` shows theirs)."""
     monkeypatch.setattr(context, "_LOADED", {})
     bad = tmp_path / "bad_method.py"
     bad.write_text(
         "import fedjax_sc as fsc\n"
         "def client_end(end):\n"
-        "    a, b = (1, 2, 3)  # the user's bug\n"
+        f"    {bug}  # the user's bug\n"
         "def build(context):\n"
         "    alg = fsc.fedavg(context.text_classifier(), context.learning_rate)\n"
         "    return alg._replace(hooks=fsc.Hooks(client_end=client_end))\n")
@@ -246,7 +250,7 @@ def test_an_error_in_the_users_code_shows_where_then_the_one_line(tmp_path, caps
     assert cli.main([*args, "--out", str(tmp_path / "a")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert any(f'File "{bad}", line 3, in client_end' in line for line in err)
-    assert err[-1] == "fedjax-sc: error: too many values to unpack (expected 2)"
+    assert err[-1] == f"fedjax-sc: error: {line}"
     assert cli.main([*args, "--out", str(tmp_path / "a"), "--rounds", "0"]) == 1
     assert len(capsys.readouterr().err.strip().splitlines()) == 1  # the library's check
     monkeypatch.setenv("FEDJAX_SC_TRACEBACK", "1")

@@ -329,11 +329,11 @@ def main(argv: list[str] | None = None) -> int:
         if lost:
             print(f"fedjax-sc: error: {lost}; {_saved(command, args, everyone=True)}",
                   file=sys.stderr)
-        elif isinstance(e, (OSError, NonFiniteUpdateError, ValueError, RuntimeError)):
+        elif (isinstance(e, (OSError, NonFiniteUpdateError, ValueError, RuntimeError))
+              or _raised_in_user_code(e)):  # a user's TypeError, KeyError, ... too
             if os.environ.get("FEDJAX_SC_TRACEBACK") == "1" or _raised_in_user_code(e):
                 traceback.print_exception(e)  # where in the user's code (or any, if asked)
-            line = _os_error(e) if isinstance(e, OSError) else e  # FileExistsError, a full disk
-            print(f"fedjax-sc: error: {line}", file=sys.stderr)
+            print(f"fedjax-sc: error: {_one_line(e)}", file=sys.stderr)
         elif processes.several():  # a bug: its traceback, without waiting for the others
             traceback.print_exc()
         else:
@@ -378,6 +378,17 @@ def _raised_in_user_code(e: BaseException) -> bool:
                 return True
         e = e.__cause__ or e.__context__
     return False
+
+
+def _one_line(e: Exception) -> str:
+    """The one-line error: a library error's message (:func:`_os_error` for an ``OSError``);
+    another type, raised in a user's code, with its name (a bare ``KeyError`` says only
+    ``'name'``)."""
+    if isinstance(e, OSError):  # FileExistsError, a full disk
+        return _os_error(e)
+    if isinstance(e, (ValueError, RuntimeError)) or type(e).__module__.startswith("fedjax_sc"):
+        return str(e)
+    return f"{type(e).__name__}: {e}"
 
 
 def _os_error(e: OSError) -> str:
