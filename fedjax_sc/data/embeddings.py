@@ -149,10 +149,19 @@ _SEPARATOR = re.compile("[ \t]")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf)", re.I)
 
 
-def _open_text(path: Path):
-    """A text file (``.gz`` too), UTF-8, a leading byte-order mark dropped."""
+def _lines(path: Path):
+    """``(lineno, line)`` of a text file (``.gz`` too) read as UTF-8, a leading byte-order
+    mark dropped; a line that is not UTF-8 raises ValueError (``path:lineno``): its word
+    would match no word of the vocabulary, and the run would not say so."""
     opener = gzip.open if path.suffix == ".gz" else open
-    return opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="\n")
+    with opener(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: not valid UTF-8 (byte "
+                                 f"0x{raw[e.start]:02x} at column {e.start + 1}); word-vector "
+                                 f"files are read as UTF-8") from None
 
 
 def _fields(line: str) -> list[str]:
@@ -181,8 +190,9 @@ def vector_dim(path: str | Path) -> int:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such word-vector file")
-    with _open_text(path) as f:
-        first = f.readline()
+    lines = _lines(path)
+    first = next(lines, (1, ""))[1]
+    lines.close()
     fields = _fields(first)
     if not first.strip():
         raise ValueError(f"{path}:1: empty; expected 'word v1 ... vd' per line")
@@ -234,30 +244,29 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
     rows = {w: i for i, w in enumerate(vocab.words) if i not in (PAD, UNK)}
     vectors: dict[int, np.ndarray] = {}
     first_word = None
-    with _open_text(path) as f:
-        for lineno, line in enumerate(f, start=1):
-            fields = _fields(line)
-            if lineno == 1 and _header(fields) is not None:
-                continue  # word2vec / fastText "count d"
-            if not line.strip():
-                raise ValueError(f"{path}:{lineno}: blank line")
-            word, values = fields[0], fields[1:]
-            first_word = word if first_word is None else first_word
-            if len(values) != dim:
-                raise ValueError(f"{path}:{lineno}: {len(values)} values after {word!r}, "
-                                 f"expected {dim} (a ragged row)")
-            row = rows.get(word)
-            if row is None or row in vectors:
-                continue
-            bad = next((v for v in values if not _NUMBER.fullmatch(v)), None)
-            if bad is not None:
-                raise ValueError(f"{path}:{lineno}: {bad!r} (vector of {word!r}) is not a "
-                                 f"number")
-            vector = np.asarray(values, dtype=np.float64)
-            if not (np.abs(vector) <= np.finfo(np.float32).max).all():  # nan fails too
-                raise ValueError(f"{path}:{lineno}: the vector of {word!r} holds a non-finite "
-                                 f"value (nan or inf, or too large for float32)")
-            vectors[row] = vector.astype(np.float32)
+    for lineno, line in _lines(path):
+        fields = _fields(line)
+        if lineno == 1 and _header(fields) is not None:
+            continue  # word2vec / fastText "count d"
+        if not line.strip():
+            raise ValueError(f"{path}:{lineno}: blank line")
+        word, values = fields[0], fields[1:]
+        first_word = word if first_word is None else first_word
+        if len(values) != dim:
+            raise ValueError(f"{path}:{lineno}: {len(values)} values after {word!r}, "
+                             f"expected {dim} (a ragged row)")
+        row = rows.get(word)
+        if row is None or row in vectors:
+            continue
+        bad = next((v for v in values if not _NUMBER.fullmatch(v)), None)
+        if bad is not None:
+            raise ValueError(f"{path}:{lineno}: {bad!r} (vector of {word!r}) is not a "
+                             f"number")
+        vector = np.asarray(values, dtype=np.float64)
+        if not (np.abs(vector) <= np.finfo(np.float32).max).all():  # nan fails too
+            raise ValueError(f"{path}:{lineno}: the vector of {word!r} holds a non-finite "
+                             f"value (nan or inf, or too large for float32)")
+        vectors[row] = vector.astype(np.float32)
     num_words = len(vocab) - 2
     coverage = len(vectors) / num_words if num_words else 0.0
     if num_words and (not vectors or coverage < MIN_COVERAGE):

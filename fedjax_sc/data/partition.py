@@ -259,10 +259,11 @@ def check_flwr(partition: str, alpha: float | None, beta: float | None,
         ``beta``; ``min_partition_size`` other than flwr-datasets' default, or
         ``self_balancing``, with a partition other than ``dirichlet``.
     """
-    if partition in FLWR_PARTITIONS and (
-            beta is not None or (alpha is None) == (partition == "dirichlet")):
-        raise ValueError("--partition iid takes no --alpha or --beta; --partition dirichlet "
-                         "takes --alpha and no --beta")
+    if partition == "iid" and (alpha is not None or beta is not None):
+        raise ValueError("--partition iid takes no --alpha or --beta")
+    if partition == "dirichlet" and (alpha is None or beta is not None):
+        raise ValueError("--partition dirichlet takes --alpha (missing here)" if alpha is None
+                         else "--partition dirichlet takes --alpha and no --beta")
     if partition != "dirichlet" and (
             self_balancing or min_partition_size != flwr_partition.MIN_PARTITION_SIZE):
         raise ValueError("--min-partition-size and --self-balancing apply to --partition "

@@ -133,6 +133,8 @@ def _read_file(path: str, text_column: str) -> _Rows:
             table = pyarrow.json.read_json(path)
         else:
             table = pyarrow.parquet.read_table(path)
+        if kind != "parquet":
+            table.validate(full=True)  # pyarrow's JSON reader lets bytes that are not UTF-8 in
     except (pa.ArrowException, OSError) as e:  # ArrowInvalid, ArrowTypeError, ...
         raise ValueError(table_lines.read_error(path, kind, e)) from None
     return _Rows(table, path, kind, np.arange(table.num_rows))
@@ -217,6 +219,13 @@ def _check(r: _Rows, columns: dict[str, tuple[str, str]]) -> dict[str, pa.Chunke
                 "client": "no client", "split": "no split"}[role]
         raise ValueError(f"{r.where(i)}: column {columns[role][0]!r}: {what}; every row "
                          f"needs one")
+    label = cols.get("label")
+    if label is not None and pa.types.is_floating(label.type):  # inf would become a class
+        inf = np.flatnonzero(~np.isfinite(np.asarray(label.to_numpy(zero_copy_only=False),
+                                                     np.float64)))
+        if inf.size:
+            raise ValueError(f"{r.where(inf[0])}: column {columns['label'][0]!r}: label "
+                             f"{label[int(inf[0])].as_py()} is not a finite number")
     return cols
 
 

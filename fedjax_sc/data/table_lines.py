@@ -13,10 +13,26 @@ import re
 from pathlib import Path
 
 
+def _opener(path: str):
+    return {".gz": gzip.open, ".bz2": bz2.open}.get(Path(path).suffix.lower(), open)
+
+
 def open_text(path: str):
     """A table file as text (``.gz`` / ``.bz2`` too), UTF-8, a byte-order mark dropped."""
-    opener = {".gz": gzip.open, ".bz2": bz2.open}.get(Path(path).suffix.lower(), open)
-    return opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="")
+    return _opener(path)(path, "rt", encoding="utf-8-sig", errors="replace", newline="")
+
+
+def invalid_utf8(path: str) -> str | None:
+    """``"PATH:LINE: not valid UTF-8 (byte 0xff at column 5)"`` for the first line of a table
+    file (``.gz`` / ``.bz2`` too) that is not UTF-8, or None when every line is."""
+    with _opener(path)(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return (f"{path}:{lineno}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at "
+                        f"column {e.start + 1}); save the file as UTF-8")
+    return None
 
 
 def csv_rows(path: str, kind: str):
@@ -68,6 +84,10 @@ def read_error(path: str, kind: str, e: Exception) -> str:
 
 
 def _read_error_line(path: str, kind: str, message: str) -> str:
+    if "utf8" in message.lower() or "utf-8" in message.lower():
+        bad = invalid_utf8(path)
+        if bad is not None:
+            return bad
     if kind in ("csv", "tsv") and "columns" in message:
         rows = csv_rows(path, kind)
         header = next(rows, (0, []))[1]

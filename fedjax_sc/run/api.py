@@ -89,7 +89,26 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
       TypeError: a setting :class:`~fedjax_sc.run.config.TrainConfig` has no field for.
       NonFiniteUpdateError: a single run whose update is not finite, or a population whose
         every member diverged (one member alone stops, its report None).
+
+    A setting given in ``settings`` and varied by ``grid`` (``lr=0.3, grid={"lr": ...}``, an
+    ``algorithm_options`` key the grid names), or ``seed`` with ``seeds``, is refused
+    (ValueError): each member would take the grid's value.
     """
+    explicit = {*settings, *settings.get("algorithm_options", {})}
+    return train_runs(algorithm, explicit, out=out, seeds=seeds, grid=grid, mesh=mesh,
+                      log=log, from_run=from_run, **settings)
+
+
+def train_runs(algorithm: str | Callable[..., Any], explicit: set[str], *, out: str | Path,
+               seeds: Sequence[int] | None = None,
+               grid: Mapping[str, Sequence[float]] | Sequence[str] | None = None,
+               mesh: str | None = None, log: Callable[[str], None] = print,
+               from_run: str | Path | None = None,
+               **settings: Any) -> dict[str, Any] | list[dict[str, Any] | None]:
+    """:func:`train`, with ``explicit`` the names of the settings the caller set itself
+    (``fedjax-sc train``: the flags on its command line; the others hold their defaults or a
+    ``--config`` file's values, which a grid may vary):
+    :func:`fedjax_sc.run.members.refuse_set_twice`."""
     from fedjax_sc.run import members
     from fedjax_sc.run.config import TrainConfig
     from fedjax_sc.run.train import train as train_one
@@ -97,12 +116,13 @@ def train(algorithm: str | Callable[..., Any], *, out: str | Path,
     config = TrainConfig(algorithm=algorithm_spec(algorithm), out=str(out), **settings)
     specs = ([f"{k}={','.join(map(str, v))}" for k, v in grid.items()]
              if isinstance(grid, Mapping) else list(grid or ()))
+    parsed = members.parse_grid(specs, own=context.is_spec(config.algorithm))
+    members.refuse_set_twice(list(parsed), seeds, explicit)
     if seeds is None and not specs:
         if from_run is not None:
             config = _copied_from(Path(from_run), [config])[0]
         return (train_one(config, log=log) if mesh is None
                 else train_one(config, log=log, mesh=mesh))
-    parsed = members.parse_grid(specs, own=context.is_spec(config.algorithm))
     configs = members.expand(config, None if seeds is None else [int(s) for s in seeds],
                              parsed)
     if from_run is not None:

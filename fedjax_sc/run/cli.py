@@ -28,9 +28,20 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors (an unknown flag, a value of the wrong type or
+    outside the choices) are one line, with where the options are listed, and exit status 2
+    (argparse's) instead of the whole usage block; its subcommands' parsers are of this class
+    too."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the "
+                     f"options)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
     from fedjax_sc.run.paper.table_plan import TABLE7_D1, TABLE7_FRACTIONS, TABLES
-    p = argparse.ArgumentParser(prog="fedjax-sc", description=__doc__)
+    p = _Parser(prog="fedjax-sc", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     presets = "; ".join(f"{s}: {v}" for s, v in config.SCENE_DEFAULTS.items())
     t = sub.add_parser(
@@ -189,17 +200,19 @@ def _from_config(path: str, args: dict, given: set[str]) -> dict:
     return merged
 
 
-def _train(args: dict) -> None:
+def _train(args: dict, given: set[str]) -> None:
     """One run, or with --seeds / --grid a population of runs under --out
-    (:func:`fedjax_sc.run.api.train`, which ``fsc.train`` is too)."""
+    (:func:`fedjax_sc.run.api.train`, which ``fsc.train`` is too); ``given``: the options
+    on the command line (a flag that a --grid varies is refused, not dropped)."""
     from fedjax_sc.run import api, members
     seeds, specs, mesh = args.pop("seeds"), args.pop("grid"), args.pop("mesh")
     from_run = args.pop("from_run")
-    if seeds is not None and args.get("seed", _d("seed")) != _d("seed"):
-        raise ValueError("--seed and --seeds: give one of them")
     settings = {k: v for k, v in args.items() if k not in ("algorithm", "out")}
-    api.train(args["algorithm"], out=args["out"], mesh=mesh, grid=specs, from_run=from_run,
-              seeds=None if seeds is None else members.parse_seeds(seeds), **settings)
+    explicit = given | (set(args["algorithm_options"]) if "algorithm_options" in given
+                        else set())
+    api.train_runs(args["algorithm"], explicit, out=args["out"], mesh=mesh, grid=specs,
+                   from_run=from_run,
+                   seeds=None if seeds is None else members.parse_seeds(seeds), **settings)
 
 
 def _reproduce(args: dict) -> None:
@@ -279,11 +292,10 @@ def main(argv: list[str] | None = None) -> int:
                                         f"(no config.json)")
             if args["from_run"] and not config_path:
                 config_path = str(Path(args["from_run"]) / "config.json")
+            given = _given(parser.train_parser, sys.argv[1:] if argv is None else argv)
             if config_path:
-                args = _from_config(config_path, args, _given(parser.train_parser,
-                                                              sys.argv[1:] if argv is None
-                                                              else argv))
-            _train(args)
+                args = _from_config(config_path, args, given)
+            _train(args, given)
         elif command == "reproduce":
             _reproduce(args)
         elif command == "results":

@@ -148,6 +148,9 @@ def merge(path: str, args: dict[str, Any], given: set[str]) -> tuple[dict[str, A
         (when the command line does not give it either).
     """
     from fedjax_sc.run import rundir
+    if Path(path).is_dir():
+        raise FileNotFoundError(f"--config {path}: a folder; give its config.json "
+                                f"(--config {Path(path) / 'config.json'})")
     if not Path(path).is_file():
         raise FileNotFoundError(f"--config {path}: no such file")
     where = f"--config {path}"

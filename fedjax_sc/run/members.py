@@ -29,6 +29,7 @@ import numpy as np
 
 from fedjax_sc.run import registry, rundir, summary
 from fedjax_sc.run.config import TrainConfig
+from fedjax_sc.run.plumbing.flags import flag
 
 TRACED = {**{registry.config_field(k): k for k, o in registry.OPTIONS.items() if o.traced},
           "upload_noise": "upload_noise", "dp_noise": "dp_noise"}
@@ -96,6 +97,26 @@ def parse_seeds(spec: str) -> list[int]:
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"--seeds {spec!r}: a seed is repeated")
     return seeds
+
+
+def refuse_set_twice(grid: Sequence[str], seeds: Sequence[int] | None,
+                     explicit: set[str]) -> None:
+    """Refuses a setting given both on its own and by the population: a grid name (a config
+    field, or a user's algorithm's option) or ``seed`` with ``seeds``, where ``explicit``
+    holds the names the caller set itself (the flags on the command line, ``fsc.train``'s
+    keywords and ``algorithm_options`` keys). Each member takes the grid's value, so the
+    other would be dropped without a word.
+
+    Raises:
+      ValueError: naming both, e.g. ``--lr and --grid lr=...: give one of them``.
+    """
+    for name in grid:
+        if name in explicit:
+            given = flag(name) if name in GRID_NAMES else f"--algorithm-option {name}"
+            raise ValueError(f"{given} and --grid {name}=...: each member takes the grid's "
+                             f"value; give one of them")
+    if seeds is not None and "seed" in explicit:
+        raise ValueError("--seed and --seeds: give one of them")
 
 
 def folder_name(values: dict[str, float], seed: int) -> str:

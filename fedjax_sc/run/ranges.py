@@ -74,8 +74,17 @@ def local_work(c: Any) -> LocalWork:
     FedNova's normaliser.
 
     Raises:
-      ValueError: a malformed or out-of-range setting (names its flag).
+      ValueError: a malformed or out-of-range setting (names its flag), or one under which no
+        client ever trains (``--client-dropout 1``; every client straggling under ``drop``):
+        the library's :class:`LocalWork` allows it, a run would report an untrained model.
     """
+    if c.client_dropout == 1.0:
+        raise ValueError("--client-dropout 1: every client misses every round, so no model "
+                         "would train; give a probability below 1")
+    if c.straggler_fraction == 1.0 and c.straggler_policy == "drop":
+        raise ValueError("--straggler-fraction 1 with --straggler-policy drop: every update "
+                         "would be discarded; give a fraction below 1 or --straggler-policy "
+                         "partial")
     steps = steps_range = None
     if c.local_steps is not None:
         lo, sep, hi = str(c.local_steps).partition(":")
@@ -108,10 +117,15 @@ def clients(c: Any) -> None:
                          f"{partition.PARTITIONS}")
     if c.partition == "natural":
         if c.num_clients is not None or c.alpha is not None or c.beta is not None:
-            raise ValueError("--num-clients, --alpha and --beta need --partition "
-                             "dirichlet_label or dirichlet_quantity")
+            others = partition.PARTITIONS[1:]
+            raise ValueError(f"--num-clients, --alpha and --beta split a pooled corpus: they "
+                             f"need a --partition other than natural ({', '.join(others[:-1])} "
+                             f"or {others[-1]})")
     elif c.num_clients is None or c.num_clients < 1:
         raise ValueError(f"--partition {c.partition} needs --num-clients >= 1")
+    for name in ("alpha", "beta"):
+        if getattr(c, name) is not None and not getattr(c, name) > 0:
+            raise ValueError(f"--{name} must be > 0, got {getattr(c, name)}")
     partition.check_flwr(c.partition, c.alpha, c.beta, c.min_partition_size,
                          c.self_balancing)
     if c.synthetic_zipf is not None:

@@ -97,6 +97,7 @@ def test_word_vectors_reads_d_from_the_file_and_fills_the_vocabulary(tmp_path):
     ("the 1 2 3\ngood 1 2\n", r"v.txt:2: 2 values after 'good', expected 3"),
     ("the 1 2 3\ngood 1 x 3\n", r"v.txt:2: 'x' \(vector of 'good'\) is not a number"),
     ("the 1 2 3\n\ngood 1 2 3\n", r"v.txt:2: blank line"),
+    (b"the 1 2 3\ncaf\xe9 1 2 3\n", r"v.txt:2: not valid UTF-8 \(byte 0xe9 at column 4\)"),
     ("the\n", r"v.txt:1: no vector"),
     ("1 1000000000000000\nthe 1\n", r"v.txt:1: header '1 1000000000000000' gives d = "
      r"1000000000000000; d must lie in \[1, 4096\]"),
@@ -107,7 +108,7 @@ def test_word_vectors_reads_d_from_the_file_and_fills_the_vocabulary(tmp_path):
 ])
 def test_bad_word_vector_files_name_their_line(tmp_path, text, match):
     path = tmp_path / "v.txt"
-    path.write_text(text)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(ValueError, match=match):
         embeddings.word_vectors(path, _vocab("good", "the"))
 

@@ -252,6 +252,21 @@ def test_bad_jsonl_and_parquet_name_line_or_row(tmp_path):
         read(write(tmp_path / "d.parquet", data))
 
 
+@pytest.mark.parametrize("name, data, match", [
+    ("d.csv", b"text,label,domain\nfine,1,a\nbad \xff film,0,a\n",
+     r"d\.csv:3: not valid UTF-8 \(byte 0xff at column 5\)"),
+    ("d.jsonl", b'{"text": "fine", "label": 1, "domain": "a"}\n'
+                b'{"text": "caf\xe9", "label": 0, "domain": "a"}\n',
+     r"d\.jsonl:2: not valid UTF-8 \(byte 0xe9 at column 14\)"),
+    ("d.csv", b"text,label,domain\nfine,1,a\nbad,0,a\nok,inf,a\n",
+     r"d\.csv:4: column 'label': label inf is not a finite number"),
+])
+def test_bytes_not_utf8_and_an_infinite_label_name_their_line(tmp_path, name, data, match):
+    (tmp_path / name).write_bytes(data)
+    with pytest.raises(ValueError, match=match):
+        read(tmp_path / name)
+
+
 def test_bad_labels_clients_and_splits(tmp_path):
     one = write(tmp_path / "one.csv", rows(6, labels=("pos",)))
     with pytest.raises(ValueError, match=r"one\.csv: column 'label' holds one class only"):

@@ -266,3 +266,8 @@ def test_ap_compares_from_the_records_and_the_checkpoint_redoes_the_ap_phase(tmp
     assert cli.main(["compare", str(tmp_path / "kteps"), str(tmp_path / "fedavg"), "--ap",
                      "--personal"]) == 1
     assert "give one of them" in capsys.readouterr().err
+
+
+def test_a_json_path_that_is_a_folder_is_refused_before_the_runs_are_read(tmp_path):
+    with pytest.raises(ValueError, match=r"--json .*: a folder; give a file name"):
+        compare(tmp_path / "a", tmp_path / "b", json_path=tmp_path)

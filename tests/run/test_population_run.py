@@ -3,6 +3,7 @@ population.json, resume, a diverged member masked, and settings that cannot vary
 
 import dataclasses
 import json
+from pathlib import Path
 
 import chex
 import numpy as np
@@ -14,6 +15,9 @@ from fedjax_sc.run.train import TrainConfig, train, train_population
 TINY = dict(scene="synthetic", synthetic_clients=2, synthetic_train=12, synthetic_test=6,
             max_len=8, embed_dim=6, hidden=3, mlp_hidden=4, batch_size=4, local_epochs=1,
             ap_evals=2, ap_steps=2, rounds=2)
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _quiet(_):
@@ -142,6 +146,28 @@ def test_settings_that_change_the_program_are_refused(tmp_path, capsys):
     assert cli.main(["train", "--out", str(tmp_path / "x"), "--seed", "2", "--seeds", "0,1"]) == 1
     assert "--seed and --seeds" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_a_setting_the_grid_varies_is_refused_where_it_is_also_given(tmp_path, capsys):
+    """Each member takes the grid's value, so a flag (or keyword, or algorithm option) that
+    sets the same name would be dropped without a word: refused, before anything is written.
+    A --config file's value is the run's starting point, not a second setting: a grid may
+    vary it."""
+    from fedjax_sc.run import api
+    out = tmp_path / "x"
+    for flags, told in ((["--lr", "0.3", "--grid", "lr=0.1,0.2"], "--lr and --grid lr="),
+                        (["--grid", "lambda-kt=0,0.01", "--lambda-kt", "0.1", "--algorithm",
+                          "kteps"], "--lambda-kt and --grid lambda_kt="),
+                        (["--seeds", "0,1", "--seed", "0"], "--seed and --seeds")):
+        assert cli.main(["train", "--out", str(out), *flags]) == 1
+        assert told in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--lr and --grid lr="):
+        api.train("fedavg", out=out, lr=0.3, grid={"lr": [0.1, 0.2]}, **TINY)
+    with pytest.raises(ValueError, match="--algorithm-option q and --grid q="):
+        api.train(f"{EXAMPLES / 'qffl.py'}:qffl", out=out, grid=["q=0,1"],
+                  algorithm_options={"q": 1.0}, **TINY)
+    assert not out.exists()
+    members.refuse_set_twice(["lr"], [0, 1], {"scene", "rounds"})  # a config's lr: no error
 
 
 def test_grid_and_expand():

@@ -9,6 +9,21 @@ from fedjax_sc.run.config import TrainConfig
 BAD = [
     (["--client-dropout", "1.5"], "--client-dropout must lie in [0, 1], got 1.5"),
     (["--straggler-fraction", "-1"], "--straggler-fraction must lie in [0, 1], got -1.0"),
+    (["--partition", "dirichlet", "--num-clients", "2", "--alpha", "0"],
+     "--alpha must be > 0, got 0.0"),
+    (["--partition", "dirichlet", "--num-clients", "2"],
+     "--partition dirichlet takes --alpha (missing here)"),
+    (["--num-clients", "3"], "--num-clients, --alpha and --beta split a pooled corpus: they "
+     "need a --partition other than natural (dirichlet_label, dirichlet_quantity, iid or "
+     "dirichlet)"),
+    (["--pca-band", "5", "2"], "--pca-band D1 D2 needs 1 <= D1 <= D2 <= d = 200, got 5 2"),
+    (["--config", "."], "--config .: a folder; give its config.json (--config config.json)"),
+    # allowed by the library's LocalWork, but no model would train
+    (["--client-dropout", "1"], "--client-dropout 1: every client misses every round, so no "
+     "model would train; give a probability below 1"),
+    (["--straggler-fraction", "1", "--straggler-policy", "drop"],
+     "--straggler-fraction 1 with --straggler-policy drop: every update would be discarded; "
+     "give a fraction below 1 or --straggler-policy partial"),
     (["--local-steps", "x"], "--local-steps 'x': give N or LO:HI (integers)"),
     (["--local-steps", "0"], "--local-steps must be >= 1, got 0"),
     (["--lr", "-1"], "--lr must be >= 0, got -1.0"),

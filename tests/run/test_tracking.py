@@ -107,7 +107,8 @@ def test_round_scalars_name_every_metric_once():
 
 
 def test_a_round_where_no_client_trained_has_no_train_loss(tmp_path):
-    # every client dropped out (--client-dropout 1.0): no mean of the untrained clients' zeros
+    # every client dropped out (it happens under --client-dropout): no mean of the untrained
+    # clients' zeros
     import csv
 
     import numpy as np

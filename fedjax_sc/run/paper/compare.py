@@ -239,11 +239,14 @@ def compare(run_a: str | Path, run_b: str | Path, personal: bool = False,
       per-client figures as means over the seeds.
 
     Raises:
-      ValueError: the runs were evaluated on other clients or other test examples, or the
-        two sides hold other seeds.
+      ValueError: the runs were evaluated on other clients or other test examples, the
+        two sides hold other seeds, or ``json_path`` is a folder.
       FileNotFoundError, ValueError: as :func:`seed_runs` and :func:`run_hits`.
     """
     check_bootstrap(resamples, level)  # before the runs are loaded
+    if json_path is not None and Path(json_path).is_dir():
+        raise ValueError(f"--json {json_path}: a folder; give a file name "
+                         f"(--json {Path(json_path) / 'compare.json'})")
     runs_a, runs_b = seed_runs(run_a, over_seeds), seed_runs(run_b, over_seeds)
     if list(runs_a) != list(runs_b):
         name = lambda r: ", ".join(r) or "one run"

@@ -91,8 +91,8 @@ def check(c: Any) -> None:
     if c.pca_band is not None:
         c.pca_band = tuple(int(x) for x in c.pca_band)
         if len(c.pca_band) != 2 or not 1 <= c.pca_band[0] <= c.pca_band[1] <= c.embed_dim:
-            raise ValueError(f"pca_band must be (d1, d2) with 1 <= d1 <= d2 <= d = "
-                             f"{c.embed_dim}, got {c.pca_band}")
+            raise ValueError(f"--pca-band D1 D2 needs 1 <= D1 <= D2 <= d = {c.embed_dim}, got "
+                             f"{' '.join(map(str, c.pca_band))}")
     if c.upload_noise < 0 or c.dp_noise < 0:
         raise ValueError("upload_noise and dp_noise must be >= 0")
     if compression(c.upload_compression) is not None and c.pca_band is not None:
