@@ -96,7 +96,8 @@ def test_alpha_zero_predicts_with_w_and_alpha_is_clipped():
     chex.assert_trees_all_equal(algorithm.predict(params, BATCH.tokens)["full"],
                                 algorithm.global_predict(w, BATCH.tokens))
     grads = jax.tree.map(jnp.ones_like, params)
-    for eta_a, g, expected in ((0.0, 5.0, 0.0), (1.0, 5.0, 0.0), (1.0, -5.0, 1.0)):
+    # eta_a = 0 holds alpha where a step would move it (a gradient of -5 from 0)
+    for eta_a, g, expected in ((0.0, -5.0, 0.0), (1.0, 5.0, 0.0), (1.0, -5.0, 1.0)):
         optimizer = apfl.apfl(BASE, LR, 0.0, alpha=0.0, alpha_learning_rate=eta_a
                               ).client_optimizer
         step = {**grads, ALPHA: jnp.float32(g)}

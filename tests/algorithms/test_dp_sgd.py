@@ -86,6 +86,14 @@ def test_epsilon_from_the_rdp_accountant():
     e1 = epsilon(1.0, 0.01, 1000, 1e-5)
     e2 = epsilon(2.0, 0.01, 1000, 1e-5)
     assert 0 < e2 < e1 < 100  # more noise, less privacy loss
+    # the steps compose: ten times the steps, well above the one tenth's figure (about
+    # sqrt(10) times for a subsampled Gaussian)
+    assert e1 > 1.5 * epsilon(1.0, 0.01, 100, 1e-5)
+    # one step of the Gaussian mechanism at z = 1 without subsampling, delta = 1e-5: at least
+    # its exact epsilon (4.38, from Balle and Wang 2018's analytic formula) and at most the
+    # classic conversion of its Renyi DP alpha / 2 (5.30, min over alpha of alpha / 2 +
+    # log(1 / delta) / (alpha - 1), Mironov 2017)
+    assert 4.38 < epsilon(1.0, 1.0, 1, 1e-5) < 5.30
     assert epsilon(0.0, 0.01, 10, 1e-5) == float("inf")
 
 

@@ -103,10 +103,48 @@ def test_multitask_round_leaves_a_client_without_data_unchanged(scene, schedule)
             state, clients, client_data(arrays, local_vocab=True), jax.random.key(0))
 
 
+def test_alternate_schedule_keeps_each_domains_momentum_to_its_own_steps():
+    """The alternate schedule's optimizer (the shared leaves' state once, each domain's
+    private leaves' state its own) under its per-step masks: with momentum 0.9, a domain's
+    private leaves and momentum move on its own steps only (a domain whose one step comes
+    first is not carried on by its momentum in the others' steps), the shared leaves on
+    every step; as a plain loop over the single-domain steps."""
+    import jax.numpy as jnp
+    import optax
+
+    from fedjax_sc.core.local import local_steps
+    from fedjax_sc.core.multitask import _shared_and_per_client
+    opt = optax.sgd(0.1, momentum=0.9)
+    domains = jnp.asarray([0, 1, 1, 1])  # the step sequence: domain 0 once, then domain 1
+    targets = jnp.arange(12, dtype=jnp.float32).reshape(4, 3)
+
+    def step(both, inputs):  # loss 0.5 ||shared + private_k - target||^2 of the step's domain
+        shared, private = both
+        k, target = inputs
+        g = shared + private[k] - target
+        return (0.5 * jnp.sum(g ** 2), {}), (g, jnp.zeros_like(private).at[k].set(g))
+
+    init = (jnp.zeros(3), jnp.zeros((2, 3)))
+    real = (jnp.ones(4, bool), domains[:, None] == jnp.arange(2)[None, :])
+    pair = _shared_and_per_client(opt)
+    (got, _), _ = jax.jit(lambda: local_steps(step, pair, init, pair.init(init),
+                                              (domains, targets), real))()
+    shared, rows = init[0], [init[1][0], init[1][1]]
+    s_state, p_states = opt.init(shared), [opt.init(r) for r in rows]
+    for k, target in zip(domains.tolist(), targets):
+        g = shared + rows[k] - target
+        u, s_state = opt.update(g, s_state, shared)
+        v, p_states[k] = opt.update(g, p_states[k], rows[k])
+        shared, rows[k] = shared + u, rows[k] + v
+    chex.assert_trees_all_close(got, (shared, jnp.stack(rows)), atol=1e-6)
+    np.testing.assert_allclose(got[1][0], 0.1 * targets[0], atol=1e-6)  # one step: -lr * g
+
+
 def test_alternate_schedule_steps_one_domain_at_a_time(scene):
-    """Alternate: two domains' steps form one sequence of single-domain SGD steps: with plain
-    SGD (no momentum) a domain's private leaves see only its own batches, and the shared
-    leaves move by the single-domain steps one after another (not by one summed step)."""
+    """Alternate: two domains' steps form one sequence of single-domain SGD steps: the shared
+    leaves move by the single-domain steps one after another (not by one summed step), and
+    each domain's private leaves move (their momentum kept to their own steps:
+    :func:`test_alternate_schedule_keeps_each_domains_momentum_to_its_own_steps`)."""
     model = ASPClassifier(vocab_size=len(scene.vocab), num_domains=2, **DIMS)
     alg = asp(model, 0.1, momentum=0.0)
     two = type(scene.train)(*(np.asarray(getattr(scene.train, f))[:2] for f in

@@ -140,5 +140,10 @@ def test_seeds_of_a_row_train_as_one_population_unless_capped(tmp_path, capsys):
         a, b = (json.loads((run_dir(tmp_path / d, "synthetic", "kteps", seed)
                             / "report.json").read_text()) for d in "ab")
         assert a["Ap"] == pytest.approx(b["Ap"], abs=1e-6)
+        losses = [[json.loads(x)["train_loss"] for x in (run_dir(tmp_path / d, "synthetic",
+                                                                  "kteps", seed)
+                                                          / "metrics.jsonl").open()
+                   if json.loads(x)["phase"] == "round"] for d in "ab"]
+        assert losses[0] == pytest.approx(losses[1], rel=1e-5)  # the same training
     assert main(["reproduce", "table6", *tiny, "--out", str(tmp_path / "a")]) == 0
     assert capsys.readouterr().out.count("skipped") == 2

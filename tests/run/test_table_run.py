@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from fedjax_sc.run import cli
@@ -61,9 +62,26 @@ def test_train_table_bad_input_is_one_line(tmp_path, capsys):
     assert "--text-column applies to --scene table only" in capsys.readouterr().err
 
 
-def test_cross_device_table_trains_clients_without_test_rows(tmp_path, capsys):
-    """One-review users train with no test row (no Ag^k), test-only users are Ag_unseen, and
-    sampled rounds pad to the sampled clients' bucket."""
+def test_cross_device_table_trains_clients_without_test_rows(tmp_path, capsys, monkeypatch):
+    """One-review users train with no test row (no Ag^k), test-only users are Ag_unseen (the
+    final global model's accuracy on exactly their rows), and sampled rounds pad to the
+    sampled clients' bucket (``--padding auto`` for a cross-device scene)."""
+    from fedjax_sc.models.text_classifier import TextClassifier
+    from fedjax_sc.run import cross_device
+    spied = {}
+    choose, figures = cross_device.padding, cross_device.Figures.__call__
+
+    def padding(scene, choice="auto"):
+        spied["padding"] = choose(scene, choice)
+        spied["scene"] = scene
+        return spied["padding"]
+
+    def final_figures(self, global_params, ag):
+        spied["params"] = global_params()
+        return figures(self, lambda: spied["params"], ag)
+
+    monkeypatch.setattr(cross_device, "padding", padding)
+    monkeypatch.setattr(cross_device.Figures, "__call__", final_figures)
     lines = ["text,label,user,split"]
     for u in range(12):
         n = 1 + 3 * (u % 3)  # 1, 4 or 7 reviews; the last of a larger user is a test row
@@ -84,7 +102,16 @@ def test_cross_device_table_trains_clients_without_test_rows(tmp_path, capsys):
     seen = [c for c in report["clients"] if c["M"]]  # correct rows over rows: each counts once
     assert report["Ag_pooled"] == pytest.approx(
         sum(c["Ag"] * c["M"] for c in seen) / sum(c["M"] for c in seen), abs=1e-4)
-    assert report["Ag_unseen"] in (0, 0.5, 1)
+    # Ag_unseen: the two test-only users' rows, labels 1 and 0, under the final model
+    unseen = spied["scene"].unseen
+    assert unseen.tokens.shape[0] == 1 and int(np.sum(unseen.mask)) == 2
+    assert sorted(np.asarray(unseen.labels)[np.asarray(unseen.mask)].tolist()) == [0, 1]
+    model = TextClassifier(vocab_size=len(spied["scene"].vocab), embed_dim=6, hidden=3,
+                           mlp_hidden=4)
+    logits = model.apply({"params": spied["params"]}, np.asarray(unseen.tokens[0]))
+    right = np.argmax(logits, -1) == np.asarray(unseen.labels[0])
+    assert report["Ag_unseen"] == pytest.approx(right[np.asarray(unseen.mask[0])].mean())
+    assert spied["padding"] == "bucket"
     row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     assert row["Ag_coverage"] == 8 / 12 and row["padding_ratio"] >= 1
     assert "Ag_unseen" in (out / "report.md").read_text()

@@ -213,6 +213,11 @@ def test_an_algorithms_own_state_is_checkpointed_and_resumed_exactly(tmp_path):
     resumed = train(TrainConfig(**cfg, rounds=3, out=str(tmp_path / "cut"), resume=True),
                     log=_quiet)
     chex.assert_trees_all_equal(full["params"], resumed["params"])
+    # FedDyn's h on the server and its gradient memory on every client, the one that sat out
+    # the last round included
+    assert jax.tree.leaves(full["server_state"]) and jax.tree.leaves(full["client_state"])
+    chex.assert_trees_all_equal(full["server_state"], resumed["server_state"])
+    chex.assert_trees_all_equal(full["client_state"], resumed["client_state"])
     assert "dynamic" in _rows(tmp_path / "full/metrics.jsonl")[0]["aux"]
 
 
