@@ -134,7 +134,8 @@ def _read_file(path: str, text_column: str) -> _Rows:
         else:
             table = pyarrow.parquet.read_table(path)
         if kind != "parquet":
-            table.validate(full=True)  # pyarrow's JSON reader lets bytes that are not UTF-8 in
+            # pyarrow's JSON reader takes bytes that are not UTF-8 into its strings
+            table.validate(full=True)
     except (pa.ArrowException, OSError) as e:  # ArrowInvalid, ArrowTypeError, ...
         raise ValueError(table_lines.read_error(path, kind, e)) from None
     return _Rows(table, path, kind, np.arange(table.num_rows))
