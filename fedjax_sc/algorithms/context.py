@@ -23,7 +23,7 @@ import optax
 
 from fedjax_sc.algorithms import hparams
 from fedjax_sc.algorithms.optimizers import client_sgd
-from fedjax_sc.models.text_classifier import TextClassifier
+from fedjax_sc.models.text_classifier import GRU_INIT, TextClassifier
 
 
 class BuildContext(NamedTuple):
@@ -42,6 +42,8 @@ class BuildContext(NamedTuple):
         the grid varies (``--grid q=0,1``) is a traced float32 scalar in a population. Read
         them while building (``context.options.get("q", 1.0)``): a run refuses an option its
         builder never read (a misspelt name would otherwise be ignored).
+      gru_init: how the BiGRU's weights start (``--gru-init``; :meth:`text_classifier`
+        uses it).
     """
 
     vocab_size: int
@@ -56,13 +58,14 @@ class BuildContext(NamedTuple):
     momentum: hparams.Value
     embedding_learning_rate: hparams.Value | None = None
     options: Mapping[str, Any] = types.MappingProxyType({})
+    gru_init: str = GRU_INIT
 
     def text_classifier(self, **overrides: Any) -> TextClassifier:
         """The paper's Embedding-BiGRU-MLP classifier at the run's sizes (``overrides``
         replace any field)."""
         dims = dict(vocab_size=self.vocab_size, embed_dim=self.embed_dim, hidden=self.hidden,
                     mlp_hidden=self.mlp_hidden, num_classes=self.num_classes,
-                    furl_dim=self.furl_dim, dtype=self.dtype)
+                    furl_dim=self.furl_dim, dtype=self.dtype, gru_init=self.gru_init)
         return TextClassifier(**{**dims, **overrides})
 
     def client_optimizer(self) -> optax.GradientTransformation:

@@ -66,7 +66,8 @@ class ASPClassifier(nn.Module):
     """Shared-private model with a domain discriminator (see the module docstring).
 
     Attributes:
-      vocab_size, embed_dim, hidden, mlp_hidden, num_classes: as ``TextClassifier``.
+      vocab_size, embed_dim, hidden, mlp_hidden, num_classes, gru_init: as
+        ``TextClassifier``.
       num_domains: number of domains (clients) the discriminator tells apart.
       dtype: the computation dtype (float32 parameters, features and logits).
     """
@@ -78,11 +79,12 @@ class ASPClassifier(nn.Module):
     num_classes: int = tc.NUM_CLASSES
     num_domains: int = 2
     dtype: str = tc.DTYPE
+    gru_init: str = tc.GRU_INIT
 
     def setup(self):
         self.embedding = Embedding(self.vocab_size, self.embed_dim, self.dtype)
-        self.encoder = BiGRU(self.hidden, self.dtype)
-        self.private_encoder = BiGRU(self.hidden, self.dtype)
+        self.encoder = BiGRU(self.hidden, self.dtype, self.gru_init)
+        self.private_encoder = BiGRU(self.hidden, self.dtype, self.gru_init)
         self.private_classifier = MLP(self.mlp_hidden, self.num_classes, self.dtype)
         self.discriminator = MLP(self.mlp_hidden, self.num_domains, self.dtype)
 

@@ -114,7 +114,8 @@ class FusionClassifier(nn.Module):
     ``reference_embedding`` (``[V, d]``) and ``reference_encoder`` (no gradient reaches them).
 
     Attributes:
-      vocab_size, embed_dim, hidden, mlp_hidden, num_classes: as ``TextClassifier``.
+      vocab_size, embed_dim, hidden, mlp_hidden, num_classes, gru_init: as
+        ``TextClassifier``.
       fusion: the operator, one of :data:`FUSIONS` (default ``multi``; see the module
         docstring).
       fusion_init: the ``conv`` operator's initialisation, one of :data:`CONV_INITS`
@@ -133,6 +134,7 @@ class FusionClassifier(nn.Module):
     fusion: str = "multi"
     fusion_init: str = "pytorch"
     dtype: str = tc.DTYPE
+    gru_init: str = tc.GRU_INIT
 
     def setup(self):
         if self.fusion not in FUSIONS:
@@ -141,9 +143,9 @@ class FusionClassifier(nn.Module):
             raise ValueError(f"unknown fusion_init {self.fusion_init!r}; choose from "
                              f"{CONV_INITS}")
         self.embedding = Embedding(self.vocab_size, self.embed_dim, self.dtype)
-        self.encoder = BiGRU(self.hidden, self.dtype)
+        self.encoder = BiGRU(self.hidden, self.dtype, self.gru_init)
         self.reference_embedding = Embedding(self.vocab_size, self.embed_dim, self.dtype)
-        self.reference_encoder = BiGRU(self.hidden, self.dtype)
+        self.reference_encoder = BiGRU(self.hidden, self.dtype, self.gru_init)
         self.fuse = Fusion(self.fusion, self.fusion_init)
         self.classifier = MLP(self.mlp_hidden, self.num_classes, self.dtype)
 

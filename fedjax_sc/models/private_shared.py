@@ -84,6 +84,7 @@ class PrivateSharedClassifier(nn.Module):
         (0: none).
       dtype: the computation dtype (see :class:`~fedjax_sc.models.text_classifier.
         TextClassifier`); features and logits are returned in float32.
+      gru_init: how both BiGRUs' weights start (as ``TextClassifier``'s).
 
     Raises:
       ValueError: an unknown ``private_from`` (when the model is set up).
@@ -99,6 +100,7 @@ class PrivateSharedClassifier(nn.Module):
     gated: bool = False
     furl_dim: int = 0
     dtype: str = tc.DTYPE
+    gru_init: str = tc.GRU_INIT
 
     def setup(self):
         if self.private_from not in PRIVATE_FROM:
@@ -107,11 +109,11 @@ class PrivateSharedClassifier(nn.Module):
         f = 2 * self.hidden + self.furl_dim
         dtype = self.dtype
         self.embedding = Embedding(self.vocab_size, self.embed_dim, dtype)
-        self.encoder = BiGRU(self.hidden, dtype)
+        self.encoder = BiGRU(self.hidden, dtype, self.gru_init)
         if self.private_from == "embedding":
             self.private_embedding = Embedding(self.vocab_size, self.embed_dim, dtype)
         if self.private_from in ("encoder", "embedding"):
-            self.private_encoder = BiGRU(self.hidden, dtype)
+            self.private_encoder = BiGRU(self.hidden, dtype, self.gru_init)
         if self.projection:
             self.shared_projection = nn.Dense(f, dtype=dtype)
             self.private_projection = nn.Dense(f, dtype=dtype)

@@ -39,6 +39,14 @@ NUM_CLASSES = 2
 """C (FDU-MTL: 2; IYY: 5)."""
 DTYPE = "float32"
 """The computation dtype (``"bfloat16"``: mixed precision)."""
+GRU_INITS = ("semi_orthogonal", "flax", "pytorch")
+"""How :class:`BiGRU`'s weights start (the paper does not say; docs/choices.md):
+``semi_orthogonal`` LeCun-normal input kernel, zero biases and one semi-orthogonal ``[h, 3h]``
+recurrent kernel a direction (:func:`_orthogonal_per_direction`); ``flax`` as Flax's
+``GRUCell``: the same but an orthogonal ``[h, h]`` recurrent kernel per gate; ``pytorch`` as
+PyTorch's ``nn.GRU``: every weight and bias uniform in ``[-1/sqrt(h), 1/sqrt(h)]``."""
+GRU_INIT = "semi_orthogonal"
+"""The default of :data:`GRU_INITS`: every committed run was initialised with it."""
 
 Params = Any
 """A params pytree (nested dict of arrays)."""
@@ -65,10 +73,15 @@ class BiGRU(nn.Module):
       hidden: hidden size per direction (paper: 64).
       dtype: the computation dtype (``"float32"`` or ``"bfloat16"``); the parameters are
         float32 and cast to it (Flax's ``dtype`` / ``param_dtype`` convention).
+      gru_init: how the weights start, one of :data:`GRU_INITS`.
+
+    Raises:
+      ValueError: at init, a ``gru_init`` not in :data:`GRU_INITS`.
     """
 
     hidden: int = HIDDEN
     dtype: str = DTYPE
+    gru_init: str = GRU_INIT
 
     @nn.compact
     def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:
@@ -84,13 +97,11 @@ class BiGRU(nn.Module):
         h = self.hidden
         d = x.shape[-1]
         f32, dtype = jnp.float32, jnp.dtype(self.dtype)
-        w_in = self.param("input_kernel", nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2)),
-                          (d, 2, 3 * h), f32).astype(dtype)
-        b_in = self.param("input_bias", nn.initializers.zeros_init(), (2, 3 * h), f32).astype(dtype)
-        w_rec = self.param("recurrent_kernel", _orthogonal_per_direction, (2, h, 3 * h),
-                           f32).astype(dtype)
-        b_rec = self.param("recurrent_bias", nn.initializers.zeros_init(), (2, 3 * h),
-                           f32).astype(dtype)
+        input_init, recurrent_init, bias_init = _gru_initializers(self.gru_init, h)
+        w_in = self.param("input_kernel", input_init, (d, 2, 3 * h), f32).astype(dtype)
+        b_in = self.param("input_bias", bias_init, (2, 3 * h), f32).astype(dtype)
+        w_rec = self.param("recurrent_kernel", recurrent_init, (2, h, 3 * h), f32).astype(dtype)
+        b_rec = self.param("recurrent_bias", bias_init, (2, 3 * h), f32).astype(dtype)
         x = x.astype(dtype)
 
         # [len, 2, batch, 3h] input projections of every step and both directions: one matmul.
@@ -103,6 +114,35 @@ class BiGRU(nn.Module):
         states = gru_recurrence(proj, tmask, w_rec, b_rec)  # [len, 2, batch, h]
         fwd, bwd = states[:, 0], states[::-1, 1]
         return jnp.swapaxes(jnp.concatenate([fwd, bwd], axis=-1), 0, 1)
+
+
+def _gru_initializers(init: str, hidden: int):
+    """``(input kernel, recurrent kernel, biases)`` initialisers of :class:`BiGRU` for
+    ``init`` (:data:`GRU_INITS`).
+
+    Raises:
+      ValueError: an unknown ``init``.
+    """
+    if init == "pytorch":
+        bound = 1.0 / np.sqrt(hidden)
+        uniform = lambda key, shape, dtype=jnp.float32: jax.random.uniform(  # noqa: E731
+            key, shape, dtype, -bound, bound)
+        return uniform, uniform, uniform
+    if init not in GRU_INITS:
+        raise ValueError(f"--gru-init {init!r}: choose from {', '.join(GRU_INITS)}")
+    return (nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2)),
+            _orthogonal_per_direction if init == "semi_orthogonal" else _orthogonal_per_gate,
+            nn.initializers.zeros_init())
+
+
+def _orthogonal_per_gate(key, shape, dtype=jnp.float32):
+    """An orthogonal ``[h, h]`` recurrent kernel for each gate of each direction, as Flax's
+    ``GRUCell`` (its ``hr``, ``hz``, ``hn`` Dense layers), side by side as ``[2, h, 3h]``."""
+    init = nn.initializers.orthogonal()
+    keys = jax.random.split(key, shape[0] * 3)
+    h = shape[1]
+    return jnp.stack([jnp.concatenate([init(keys[3 * i + g], (h, h), dtype) for g in range(3)],
+                                      axis=-1) for i in range(shape[0])])
 
 
 def _orthogonal_per_direction(key, shape, dtype=jnp.float32):
@@ -230,6 +270,7 @@ class TextClassifier(nn.Module):
       dtype: the computation dtype, ``"float32"`` or ``"bfloat16"`` (mixed precision): the
         parameters, the optimizer state and the aggregation stay float32; pooled features
         and logits are returned in float32 for the losses.
+      gru_init: how the BiGRU's weights start (:data:`GRU_INITS`).
     """
 
     vocab_size: int
@@ -239,10 +280,11 @@ class TextClassifier(nn.Module):
     num_classes: int = NUM_CLASSES
     furl_dim: int = 0
     dtype: str = DTYPE
+    gru_init: str = GRU_INIT
 
     def setup(self):
         self.embedding = Embedding(self.vocab_size, self.embed_dim, self.dtype)
-        self.encoder = BiGRU(self.hidden, self.dtype)
+        self.encoder = BiGRU(self.hidden, self.dtype, self.gru_init)
         self.classifier = MLP(self.mlp_hidden, self.num_classes, self.dtype)
         self.user = UserVector(self.furl_dim) if self.furl_dim else None
 

@@ -150,6 +150,9 @@ class TrainConfig:
       hidden: BiGRU hidden size per direction (paper: 64).
       dtype: the computation dtype, ``float32`` or ``bfloat16`` (mixed precision: parameters,
         optimizer states and aggregation stay float32).
+      gru_init: how the BiGRU's weights start: ``semi_orthogonal`` (default), ``flax``
+        (Flax's GRUCell) or ``pytorch`` (PyTorch's nn.GRU) (:data:`~fedjax_sc.models.
+        text_classifier.GRU_INITS`; the paper does not say).
       mlp_hidden: classifier hidden width (paper: unspecified; 128).
       max_len: clip/pad length L (paper: 200 FDU, 400 IYY).
       vocab_size: words kept by the federated vocabulary (paper: 50,000; + <pad>, <unk>).
@@ -287,6 +290,7 @@ class TrainConfig:
     embed_dim: int | None = None
     hidden: int = registry.default("hidden")
     dtype: str = registry.default("dtype")
+    gru_init: str = registry.default("gru_init")
     mlp_hidden: int = registry.default("mlp_hidden")
     max_len: int | None = None
     vocab_size: int = scenes.VOCAB_SIZE
@@ -348,6 +352,9 @@ class TrainConfig:
                              f"nor an existing word-vector file")
         if self.dtype not in DTYPES:
             raise ValueError(f"--dtype {self.dtype!r}: choose from {DTYPES}")
+        if self.gru_init not in text_classifier.GRU_INITS:
+            raise ValueError(f"--gru-init {self.gru_init!r}: choose from "
+                             f"{', '.join(text_classifier.GRU_INITS)}")
         if self.resume and self.overwrite:
             raise ValueError("--resume and --overwrite exclude each other")
         if self.domains is not None and self.scene != "fdu":

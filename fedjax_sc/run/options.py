@@ -8,6 +8,7 @@ import argparse
 from fedjax_sc.algorithms.context import parse_option
 from fedjax_sc.algorithms.fedopt import DEFAULT_LR
 from fedjax_sc.data.partition import PARTITIONS
+from fedjax_sc.models.text_classifier import GRU_INITS
 from fedjax_sc.run.config import DTYPES, SCENES, TrainConfig
 from fedjax_sc.run.cross_device import PADDINGS
 from fedjax_sc.run.members import GRID_NAMES
@@ -248,6 +249,11 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     t.add_argument("--dtype", choices=DTYPES, default=default("dtype"),
                    help="computation dtype; bfloat16 is mixed precision (parameters, optimizer "
                    "states and aggregation stay float32)")
+    t.add_argument("--gru-init", choices=GRU_INITS, default=default("gru_init"),
+                   help="how the BiGRU's weights start: semi_orthogonal (LeCun-normal input, "
+                   "one semi-orthogonal recurrent kernel a direction), flax (an orthogonal "
+                   "recurrent kernel per gate, as Flax's GRUCell) or pytorch (uniform in "
+                   "+-1/sqrt(hidden), as PyTorch's nn.GRU)")
     t.add_argument("--mlp-hidden", type=int, default=default("mlp_hidden"),
                    help="classifier hidden width")
     t.add_argument("--max-len", type=int, help="clip/pad length L (paper: 200 fdu, 400 iyy)")

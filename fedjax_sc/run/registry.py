@@ -179,7 +179,8 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
     o = {k: options[k] if k in options else default(k) for k in OPTIONS if reads(name, k)}
     dims: dict[str, Any] = dict(vocab_size=vocab_size, embed_dim=embed_dim, hidden=o["hidden"],
                                 mlp_hidden=o["mlp_hidden"], num_classes=num_classes,
-                                furl_dim=o["furl_dim"], dtype=o["dtype"])
+                                furl_dim=o["furl_dim"], dtype=o["dtype"],
+                                gru_init=o["gru_init"])
     opt = dict(learning_rate=o["learning_rate"], momentum=o["momentum"],
                embedding_learning_rate=o["embedding_learning_rate"])
     pca_band, upload_noise = upload_settings(name, embed_dim, pca_band, upload_noise)
@@ -283,7 +284,8 @@ def user_algorithm(spec: str, *, vocab_size: int, num_classes: int, embed_dim: i
                            num_clients=int(num_clients or 0), learning_rate=o["learning_rate"],
                            momentum=o["momentum"],
                            embedding_learning_rate=o["embedding_learning_rate"],
-                           options=ReadOptions(algorithm_options or {}))
+                           options=ReadOptions(algorithm_options or {}),
+                           gru_init=o["gru_init"])
     algorithm = load(spec)(context)
     if not isinstance(algorithm, Algorithm):
         raise ValueError(f"--algorithm {spec!r} returned {type(algorithm).__name__}, not a "

@@ -132,3 +132,40 @@ def test_a_bfloat16_round_keeps_float32_state_and_trains():
         new, clients, metrics = step(new, clients, train, jax.random.key(r))
         losses.append(float(metrics.train_loss.mean()))
     assert losses[-1] < losses[0] - 0.05, losses  # it trains, in bfloat16
+
+
+@pytest.mark.parametrize("hidden", [3, 8])
+def test_the_gru_inits_give_their_defining_weights(hidden):
+    """semi_orthogonal (the default): each direction's [h, 3h] recurrent kernel has
+    orthonormal rows; flax: each gate's [h, h] block is orthogonal (Flax's GRUCell); pytorch:
+    every GRU weight and bias within +-1/sqrt(h) (PyTorch's nn.GRU), the biases not zero. The
+    models' other leaves do not depend on it."""
+    encoder = {}
+    for init in ("semi_orthogonal", "flax", "pytorch"):
+        model = TextClassifier(vocab_size=12, embed_dim=5, hidden=hidden, mlp_hidden=4,
+                               gru_init=init)
+        params = init_params(model, jax.random.key(0))
+        encoder[init] = {k: np.asarray(v) for k, v in params["encoder"].items()}
+        if init == "semi_orthogonal":
+            default = init_params(TextClassifier(vocab_size=12, embed_dim=5, hidden=hidden,
+                                                 mlp_hidden=4), jax.random.key(0))
+            chex.assert_trees_all_equal(params, default)
+            rest = {k: v for k, v in params.items() if k != "encoder"}
+        else:
+            chex.assert_trees_all_equal({k: v for k, v in params.items() if k != "encoder"},
+                                        rest)
+    eye = np.eye(hidden)
+    for w in encoder["semi_orthogonal"]["recurrent_kernel"]:
+        np.testing.assert_allclose(w @ w.T, eye, atol=1e-5)
+    for w in encoder["flax"]["recurrent_kernel"]:
+        for g in range(3):
+            block = w[:, g * hidden:(g + 1) * hidden]
+            np.testing.assert_allclose(block.T @ block, eye, atol=1e-5)
+    bound = 1 / np.sqrt(hidden)
+    for leaf in encoder["pytorch"].values():
+        assert np.abs(leaf).max() <= bound and np.abs(leaf).max() > bound / 2
+    for init in ("semi_orthogonal", "flax"):
+        assert not encoder[init]["input_bias"].any() and not encoder[init]["recurrent_bias"].any()
+    with pytest.raises(ValueError, match="--gru-init 'xavier'"):
+        init_params(TextClassifier(vocab_size=12, embed_dim=5, gru_init="xavier"),
+                    jax.random.key(0))

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import chex
 import jax
@@ -274,3 +275,21 @@ def test_an_lr_schedule_scales_each_round_and_resumes_exactly(fedavg_run, tmp_pa
                          str(tmp_path / "bad")]) == 1
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "--lr-schedule" in err[0] and says in err[0]
+
+
+def test_gru_init_reaches_every_model_from_the_flag():
+    """``--gru-init`` sets the BiGRU's initialisation of the built-in models and of a user's
+    ``context.text_classifier()``; the default is the one every committed run used."""
+    from fedjax_sc.run import cli, registry
+    from fedjax_sc.run.options import default
+    assert default("gru_init") == "semi_orthogonal"
+    args = vars(cli._parser().parse_args(["train", "--gru-init", "flax"]))
+    assert args["gru_init"] == "flax"
+    for name in ("fedavg", "kteps", "fedfusion", "asp", "fedrod"):
+        alg = registry.build_algorithm(name, vocab_size=20, num_classes=2, embed_dim=4,
+                                       num_clients=2, gru_init="pytorch")
+        assert getattr(alg.model, "base", alg.model).gru_init == "pytorch", name
+    example = Path(__file__).resolve().parents[2] / "examples" / "qffl.py"
+    own = registry.build_algorithm(
+        f"{example}:qffl", vocab_size=20, num_classes=2, embed_dim=4, gru_init="flax")
+    assert own.model.gru_init == "flax"

@@ -81,6 +81,7 @@ OPTIONS: dict[str, Option] = {
     "mlp_hidden": Option(TextClassifier, "mlp_hidden"),
     "furl_dim": Option(TextClassifier, "furl_dim"),
     "dtype": Option(TextClassifier, "dtype"),
+    "gru_init": Option(TextClassifier, "gru_init"),
     "lambda_kt": Option(kteps, "lambda_kt", "lambda1: knowledge-transfer weight", KTEPS_LOSS,
                         True, "kteps"),
     "lambda_div": Option(kteps, "lambda_div", "lambda2: HSIC diversity weight (arch_a/b/c "
