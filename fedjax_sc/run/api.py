@@ -153,7 +153,7 @@ def _copied_from(run: Path, configs: list[Any]) -> list[Any]:
     import dataclasses
 
     from fedjax_sc.run import rundir
-    from fedjax_sc.run.config import config_diff
+    from fedjax_sc.run.config_file import config_diff
     from fedjax_sc.run.plumbing import processes
     if rundir.last_round(run) is None:
         raise FileNotFoundError(f"--from-run {run}: no checkpoint to start from")

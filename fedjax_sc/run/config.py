@@ -22,7 +22,6 @@ Presets: options a user leaves out take the scene's paper settings (Li et al. 20
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -415,38 +414,3 @@ class TrainConfig:
         ranges.clients(c)  # --partition, --sampling, --padding, --synthetic-zipf, ...
         return c
 
-
-def config_from_json(fields: dict[str, Any]) -> TrainConfig:
-    """The resolved config a run's ``config.json`` holds (lists back to tuples; fields an
-    older or newer version wrote that this one lacks are dropped; ``resume`` and ``overwrite``
-    off).
-
-    Raises:
-      ValueError: settings :meth:`TrainConfig.resolved` refuses.
-    """
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items() if k in known}
-    fields = {**table_scene.saved_defaults(fields), **fields}
-    return TrainConfig(**{**fields, "resume": False, "overwrite": False}).resolved()
-
-
-def config_diff(saved: dict[str, Any], c: TrainConfig) -> dict[str, tuple[Any, Any]]:
-    """``{field: (saved, now)}`` for the training settings in which a saved ``config.json``
-    differs from ``c``. The rounds, the output folder and the Ap phase's settings may differ
-    (a run continues, or only its evaluation is redone), and so may ``padding`` (how the
-    rounds are fed: the figures change by float32 rounding only; config.json then records the
-    new one), the spelling of the data folder or files and the table scene's ``label_names``,
-    read from its data (the data themselves are compared by their fingerprint,
-    :func:`fedjax_sc.run.rundir.check_resume_data`), and an option the run's algorithm does not
-    read (:func:`fedjax_sc.run.registry.reads`: a FedAvg run is the same whatever FedFusion's
-    operator); a field an older version did not write is compared with its default (what that
-    version did)."""
-    ignore = {"rounds", "resume", "overwrite", "out", "ap", "ap_evals", "ap_steps", "data",
-              "ap_lr_mult", "ap_mode", "data_dir", "tensorboard", "test_data", "label_names",
-              "wandb", "wandb_project", "wandb_mode", "padding"}
-    defaults = {**json.loads(json.dumps(dataclasses.asdict(TrainConfig()))),
-                **table_scene.saved_defaults(saved)}
-    now = json.loads(json.dumps(dataclasses.asdict(c)))
-    return {k: (saved.get(k, defaults[k]), v) for k, v in now.items()
-            if k not in ignore and registry.reads(c.algorithm, k)
-            and saved.get(k, defaults[k]) != v}

@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from fedjax_sc.run.config import TrainConfig, config_diff
+from fedjax_sc.run.config import TrainConfig
+from fedjax_sc.run.config_file import config_diff
 from fedjax_sc.run.plumbing.processes import primary
 
 LOCK = ".fedjax-sc.lock"

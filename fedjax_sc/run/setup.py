@@ -21,7 +21,8 @@ from fedjax_sc.core.sharding import to_host
 from fedjax_sc.data import scenes
 from fedjax_sc.models.text_classifier import init_params
 from fedjax_sc.run import registry, rundir
-from fedjax_sc.run.config import TrainConfig, config_from_json
+from fedjax_sc.run.config import TrainConfig
+from fedjax_sc.run.config_file import config_from_json
 from fedjax_sc.run.loading import corpus_files, load_scene
 from fedjax_sc.run.plumbing import processes
 from fedjax_sc.run.plumbing.uploads import NO_COMPRESSION

@@ -49,6 +49,8 @@ from fedjax_sc.run.config import (  # noqa: F401 (re-exported: the run's configu
     EMBEDDINGS,
     SCENES,
     TrainConfig,
+)
+from fedjax_sc.run.config_file import (  # noqa: F401 (re-exported)
     config_diff,
     config_from_json,
 )

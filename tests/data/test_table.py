@@ -480,7 +480,7 @@ def test_last_rows_held_out_in_file_order(tmp_path):
 
 
 def test_test_split_in_the_config(tmp_path):
-    from fedjax_sc.run.config import config_diff, config_from_json
+    from fedjax_sc.run.config_file import config_diff, config_from_json
     path = write(tmp_path / "d.csv", rows(12))
     base = dict(scene="table", data=str(path), text_column="text", label_column="label",
                 client_column="domain")

@@ -11,7 +11,8 @@ import pytest
 
 from fedjax_sc.data.partition import zipf_sizes
 from fedjax_sc.run import cli, cross_device
-from fedjax_sc.run.config import TrainConfig, config_diff
+from fedjax_sc.run.config import TrainConfig
+from fedjax_sc.run.config_file import config_diff
 from fedjax_sc.run.loading import load_scene
 
 SMALL = ["--rounds", "1", "--max-len", "6", "--vocab-size", "40", "--embed-dim", "6",

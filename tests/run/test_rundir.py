@@ -266,7 +266,7 @@ def test_compare_and_probe_refuse_data_that_changed_since_training(tmp_path):
 
 
 def test_resume_compares_only_the_options_the_runs_algorithm_reads():
-    from fedjax_sc.run.config import config_diff
+    from fedjax_sc.run.config_file import config_diff
     saved = lambda c: json.loads(json.dumps(dataclasses.asdict(c)))
     for algorithm, changed, read in (("pfl_da", {"fusion": "conv"}, False),
                                      ("fedavg", {"asp_schedule": "sum", "prox_mu": 1.0}, False),

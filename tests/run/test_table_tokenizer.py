@@ -10,7 +10,8 @@ import json
 import pytest
 
 from fedjax_sc.run import cli, config_file, table_scene
-from fedjax_sc.run.config import TrainConfig, config_diff, config_from_json
+from fedjax_sc.run.config import TrainConfig
+from fedjax_sc.run.config_file import config_diff, config_from_json
 
 tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("pyarrow")

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from fedjax_sc.run import rundir
-from fedjax_sc.run.config import config_from_json
+from fedjax_sc.run.config_file import config_from_json
 from fedjax_sc.run.paper import gaps, paired
 from fedjax_sc.run.paper import tables as paper
 from fedjax_sc.run.paper.reproduce import format_table, run_dir, seeds_label

@@ -179,7 +179,7 @@ READ_BY: dict[str, tuple[str, ...]] = {k: o.read_by for k, o in OPTIONS.items()
                                        if o.read_by is not None}
 """The options of :data:`OPTIONS` that only some algorithms read, and which: a run of any
 other algorithm is the same run whatever their values (a resume or a store compares only
-what the run's algorithm reads, :func:`fedjax_sc.run.config.config_diff`). An option not
+what the run's algorithm reads, :func:`fedjax_sc.run.config_file.config_diff`). An option not
 listed here is read by every algorithm. :func:`~fedjax_sc.run.registry.build_algorithm` sees
 only the options its algorithm reads by this table, so a builder that reads another fails
 loudly."""
