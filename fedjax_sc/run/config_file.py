@@ -26,6 +26,7 @@ from typing import Any
 from fedjax_sc.run import registry, table_scene
 from fedjax_sc.run.config import TrainConfig
 from fedjax_sc.run.plumbing.flags import flag
+from fedjax_sc.run.plumbing.jsonfile import read_json
 
 REQUIRED = ("scene", "algorithm")
 """The fields a saved configuration must hold unless the command line gives them."""
@@ -149,7 +150,6 @@ def merge(path: str, args: dict[str, Any], given: set[str]) -> tuple[dict[str, A
         unknown key, a value of another type than its field's, or no :data:`REQUIRED` field
         (when the command line does not give it either).
     """
-    from fedjax_sc.run import rundir
     if Path(path).is_dir():
         raise FileNotFoundError(f"--config {path}: a folder; give its config.json "
                                 f"(--config {Path(path) / 'config.json'})")
@@ -157,7 +157,7 @@ def merge(path: str, args: dict[str, Any], given: set[str]) -> tuple[dict[str, A
         raise FileNotFoundError(f"--config {path}: no such file")
     where = f"--config {path}"
     try:
-        saved = rundir.read_json(Path(path))
+        saved = read_json(Path(path))
     except ValueError as e:  # "PATH:LINE: not valid JSON ...": the flag named first
         raise ValueError(f"--config {e}") from None
     if not isinstance(saved, dict):

@@ -29,6 +29,7 @@ from typing import Any
 
 from fedjax_sc.run.config import TrainConfig
 from fedjax_sc.run.config_file import config_diff
+from fedjax_sc.run.plumbing.jsonfile import read_json
 from fedjax_sc.run.plumbing.processes import primary
 
 LOCK = ".fedjax-sc.lock"
@@ -326,19 +327,6 @@ def remove_file(path: Path) -> None:
     """Removes ``path`` if it exists; process 0 of several, the others do nothing."""
     if primary():
         path.unlink(missing_ok=True)
-
-
-def read_json(path: Path) -> Any:
-    """A JSON file's content.
-
-    Raises:
-      ValueError: not valid JSON (names the file and the position).
-    """
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg}); the file is damaged "
-                         f"or was cut short") from None
 
 
 def last_round(out: Path) -> int | None:
