@@ -205,11 +205,15 @@ def _train(args: dict, given: set[str]) -> None:
     (:func:`fedjax_sc.run.api.train`, which ``fsc.train`` is too); ``given``: the options
     on the command line (a flag that a --grid varies is refused, not dropped)."""
     from fedjax_sc.run import api, members
+    from fedjax_sc.run.plumbing.option_table import refuse_unread
     seeds, specs, mesh = args.pop("seeds"), args.pop("grid"), args.pop("mesh")
     from_run = args.pop("from_run")
     settings = {k: v for k, v in args.items() if k not in ("algorithm", "out")}
     explicit = given | (set(args["algorithm_options"]) if "algorithm_options" in given
                         else set())
+    # a flag or a grid name that the algorithm does not read is refused, not dropped (the
+    # Python API lets a loop share one settings dict between algorithms)
+    refuse_unread(args["algorithm"], given | {s.split("=", 1)[0].strip() for s in specs or ()})
     api.train_runs(args["algorithm"], explicit, out=args["out"], mesh=mesh, grid=specs,
                    from_run=from_run,
                    seeds=None if seeds is None else members.parse_seeds(seeds), **settings)

@@ -154,8 +154,9 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
       server_opt: a FedOpt server (None: the aggregate is the new model).
       algorithm_options: a user's algorithm's own settings (:func:`user_algorithm`).
       **options: any of :data:`OPTIONS`; one left out takes its builder's default. The loss settings
-        (lambda_kt, lambda_div, temperature, bandwidth, hsic_normalization) apply to kteps,
-        kteps_star and arch_a/b/c (the ablation always uses lambda_div = 0, Table 8); prox_mu
+        (lambda_kt, temperature) apply to kteps, kteps_star and arch_a/b/c, the HSIC's
+        (lambda_div, bandwidth, hsic_normalization) to kteps and kteps_star (the ablation
+        trains without it: lambda_div = 0, Table 8); prox_mu
         (fedprox, fedprox_kc), mmd_weight, fusion, kc_* and asp_* set the baselines.
 
     Raises:
@@ -224,10 +225,10 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
         if name == "pfl_da":
             algorithm = pfl_da(model, **opt)
         else:
+            hsic = {k: o.get(k, 0.0 if k == "lambda_div" else default(k))  # arch_*: off
+                    for k in ("lambda_div", "bandwidth", "hsic_normalization")}
             algorithm = kteps(model, **opt, lambda_kt=o["lambda_kt"],
-                              lambda_div=0.0 if name.startswith("arch_") else o["lambda_div"],
-                              temperature=o["temperature"], bandwidth=o["bandwidth"],
-                              hsic_normalization=o["hsic_normalization"], name=name)
+                              temperature=o["temperature"], **hsic, name=name)
     elif name in BEYOND:
         builder, model_class = BEYOND[name]
         own = {OPTIONS[k].param: o[k] for k in o if OPTIONS[k].builder is builder}

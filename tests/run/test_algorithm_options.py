@@ -97,6 +97,31 @@ def test_a_built_in_algorithm_refuses_options(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("algorithm, flags, says", [
+    ("fedavg", ["--prox-mu", "0.1"], "--prox-mu is not read by --algorithm fedavg (only by "
+     "fedprox, fedprox_kc)"),
+    ("arch_c", ["--lambda-div", "0.5"], "--lambda-div is not read by --algorithm arch_c "
+     "(only by kteps, kteps_star)"),
+    ("fedavg", ["--grid", "moon_mu=1,5"], "--moon-mu is not read by --algorithm fedavg"),
+    ("SPEC", ["--temperature", "2"], "--temperature is not read by --algorithm "),
+])
+def test_a_flag_the_algorithm_does_not_read_is_refused(tmp_path, spec, capsys, algorithm,
+                                                       flags, says):
+    algorithm = spec if algorithm == "SPEC" else algorithm
+    assert cli.main(["train", "--algorithm", algorithm, *TINY, *flags,
+                     "--out", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+    assert not (tmp_path / "run").exists()
+
+
+def test_flags_the_algorithm_reads_pass_and_arch_trains_without_the_hsic_term():
+    from fedjax_sc.run.plumbing.option_table import refuse_unread, reads
+    refuse_unread("fedprox", {"prox_mu", "lr", "rounds"})  # read, or read by every algorithm
+    refuse_unread("arch_a", {"lambda_kt", "temperature"})
+    assert reads("kteps", "lambda_div") and not reads("arch_b", "hsic_normalization")
+
+
 def test_the_grid_varies_an_option_in_one_program(tmp_path, spec, capsys):
     pop = tmp_path / "pop"
     assert cli.main(["train", "--algorithm", spec, *TINY, "--grid", "q=0,1", "--out",

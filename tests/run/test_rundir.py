@@ -67,7 +67,8 @@ def test_an_empty_training_file_and_a_repeated_domain_are_refused(tmp_path, caps
 @pytest.mark.parametrize("flag", ["--lr", "--momentum", "--prox-mu", "--ap-lr-mult"])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_non_finite_float_flags_are_refused_up_front(tmp_path, capsys, flag, value):
-    assert cli.main(["train", f"{flag}={value}", "--out", str(tmp_path / "r")]) == 1
+    assert cli.main(["train", "--algorithm", "fedprox", f"{flag}={value}", "--out",
+                     str(tmp_path / "r")]) == 1
     err = capsys.readouterr().err
     assert f"{flag} must be a finite number" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()

@@ -7,7 +7,7 @@ names); :mod:`fedjax_sc.run.options` writes the flags."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from fedjax_sc.algorithms import (
@@ -35,9 +35,13 @@ from fedjax_sc.algorithms.losses import HSIC_NORMALIZATIONS
 from fedjax_sc.algorithms.optimizers import client_sgd
 from fedjax_sc.models.fusion import CONV_INITS, FUSIONS, FusionClassifier
 from fedjax_sc.models.text_classifier import TextClassifier
+from fedjax_sc.run.plumbing.flags import flag
 
 KTEPS_LOSS = ("kteps", "kteps_star", "arch_a", "arch_b", "arch_c")
-"""The algorithms that read KTEPS's loss options (lambda1, lambda2, T, the HSIC's settings)."""
+"""The algorithms that read KTEPS's knowledge-transfer options (lambda1, T)."""
+HSIC_LOSS = ("kteps", "kteps_star")
+"""The algorithms that read its HSIC diversity options (lambda2, the kernel's bandwidth, the
+normalisation): Table 8's architectures train without the term (lambda2 = 0)."""
 KC = ("fedavg_kc", "fedprox_kc")
 """The algorithms that read FedKC's options."""
 
@@ -84,14 +88,15 @@ OPTIONS: dict[str, Option] = {
     "gru_init": Option(TextClassifier, "gru_init"),
     "lambda_kt": Option(kteps, "lambda_kt", "lambda1: knowledge-transfer weight", KTEPS_LOSS,
                         True, "kteps"),
-    "lambda_div": Option(kteps, "lambda_div", "lambda2: HSIC diversity weight (arch_a/b/c "
-                         "always use 0)", KTEPS_LOSS, True, "kteps"),
+    "lambda_div": Option(kteps, "lambda_div", "lambda2: HSIC diversity weight (kteps, "
+                         "kteps_star; Table 8's arch_a/b/c train without it)", HSIC_LOSS,
+                         True, "kteps"),
     "temperature": Option(kteps, "temperature", "T of Eq. 8", KTEPS_LOSS, group="kteps"),
     "bandwidth": Option(kteps, "bandwidth", "HSIC Gaussian kernel sigma (default: median "
-                        "heuristic per batch)", KTEPS_LOSS, group="kteps", type=float),
+                        "heuristic per batch)", HSIC_LOSS, group="kteps", type=float),
     "hsic_normalization": Option(kteps, "hsic_normalization", "biased: the trace over "
                                  "(n - 1)^2 (Gretton et al.; default); none: the trace alone, "
-                                 "49x larger at batch 8 (docs/choices.md)", KTEPS_LOSS,
+                                 "49x larger at batch 8 (docs/choices.md)", HSIC_LOSS,
                                  group="kteps", choices=HSIC_NORMALIZATIONS),
     "pca_center": Option(compression.pca_compress, "center"),
     "prox_mu": Option(fedprox.proximal, "mu", "FedProx mu (fedprox, fedprox_kc)",
@@ -195,6 +200,25 @@ def reads(name: str, option: str) -> bool:
     for an option of :data:`READ_BY` that ``name`` is not listed under (a user's algorithm,
     ``FILE.py:FUNCTION``, reads none of them)."""
     return name in READ_BY.get(option, (name,))
+
+
+def refuse_unread(name: str, fields: Iterable[str]) -> None:
+    """Refuses a setting that the caller gave itself (``fields``: ``TrainConfig`` field names,
+    e.g. the flags on a command line) which algorithm ``name`` does not read
+    (:data:`READ_BY`): its run would be the same without it, so the value would be dropped
+    without a word (``--prox-mu 0.1 --algorithm fedavg``). Names that are not options of
+    :data:`READ_BY` pass.
+
+    Raises:
+      ValueError: one line naming the flag, the algorithm and those that read it.
+    """
+    options = {config_field(k): k for k in READ_BY}
+    for field in sorted(fields):
+        option = options.get(field)
+        if option is not None and not reads(name, option):
+            raise ValueError(f"{flag(field)} is not read by --algorithm {name} (only by "
+                             f"{', '.join(READ_BY[option])}): the run would be the same "
+                             f"without it; leave it out")
 
 
 
