@@ -116,7 +116,7 @@ def test_a_flag_the_algorithm_does_not_read_is_refused(tmp_path, spec, capsys, a
 
 
 def test_flags_the_algorithm_reads_pass_and_arch_trains_without_the_hsic_term():
-    from fedjax_sc.run.plumbing.option_table import refuse_unread, reads
+    from fedjax_sc.run.plumbing.option_table import reads, refuse_unread
     refuse_unread("fedprox", {"prox_mu", "lr", "rounds"})  # read, or read by every algorithm
     refuse_unread("arch_a", {"lambda_kt", "temperature"})
     assert reads("kteps", "lambda_div") and not reads("arch_b", "hsic_normalization")
