@@ -14,6 +14,7 @@ from fedjax_sc.run import config
 from fedjax_sc.run.options import default as _d
 from fedjax_sc.run.options import train_arguments
 from fedjax_sc.run.plumbing import processes
+from fedjax_sc.run.plumbing.flags import flag
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -213,7 +214,12 @@ def _train(args: dict, given: set[str]) -> None:
                         else set())
     # a flag or a grid name that the algorithm does not read is refused, not dropped (the
     # Python API lets a loop share one settings dict between algorithms)
-    refuse_unread(args["algorithm"], given | {s.split("=", 1)[0].strip() for s in specs or ()})
+    named = given | {s.split("=", 1)[0].strip() for s in specs or ()}
+    refuse_unread(args["algorithm"], named)
+    lone = sorted(named & {"server_lr", "server_momentum", "server_tau"})
+    if lone and args.get("server_opt") is None:
+        raise ValueError(f"{flag(lone[0])} is read only with --server-opt (FedOpt's server "
+                         f"optimizer); without it the clients' aggregate is the new model")
     api.train_runs(args["algorithm"], explicit, out=args["out"], mesh=mesh, grid=specs,
                    from_run=from_run,
                    seeds=None if seeds is None else members.parse_seeds(seeds), **settings)

@@ -138,7 +138,8 @@ def check_fields(where: str, saved: dict[str, Any]) -> dict[str, Any]:
 
 def merge(path: str, args: dict[str, Any], given: set[str]) -> tuple[dict[str, Any], list[str]]:
     """``args`` (the parsed ``train`` options) with every option not ``given`` on the command
-    line taken from the saved configuration ``path``, except :data:`OWN`.
+    line taken from the saved configuration ``path``, except :data:`OWN`; a user's algorithm's
+    options given (``--algorithm-option``) replace only the saved options of their names.
 
     Returns:
       ``(merged, defaulted)``: the options, and the fields that ``path`` lacks and the command
@@ -172,6 +173,10 @@ def merge(path: str, args: dict[str, Any], given: set[str]) -> tuple[dict[str, A
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     defaulted = [k for k in args if k in fields and k not in keep and k not in saved]
     merged = {k: (v if k in keep or k not in saved else saved[k]) for k, v in args.items()}
+    if "algorithm_options" in given and isinstance(saved.get("algorithm_options"), dict):
+        # --algorithm-option NAME=VALUE sets that option; the saved run's others stay
+        merged["algorithm_options"] = {**saved["algorithm_options"],
+                                       **args["algorithm_options"]}
     return {k: tuple(v) if isinstance(v, list) else v for k, v in merged.items()}, defaulted
 
 

@@ -64,3 +64,13 @@ def test_values_take_their_fields_types_and_missing_fields_are_named(tmp_path, c
                    f"older version's configuration?): their defaults apply\n")
     path = _write(tmp_path, drop=("algorithm",))  # given on the command line: fine
     assert config_file.merge(path, args, {"algorithm"})[1] == []
+
+
+def test_an_algorithm_option_given_overrides_that_option_alone(tmp_path):
+    path = _write(tmp_path, algorithm="own.py:f", algorithm_options={"mu": 0.1, "beta": 0.5})
+    args = {f.name: getattr(TrainConfig(), f.name) for f in dataclasses.fields(TrainConfig)}
+    merged, _ = config_file.merge(path, {**args, "algorithm_options": {"mu": 0.2}},
+                                  {"algorithm_options"})
+    assert merged["algorithm_options"] == {"mu": 0.2, "beta": 0.5}
+    assert config_file.merge(path, args, set())[0]["algorithm_options"] == {"mu": 0.1,
+                                                                            "beta": 0.5}
