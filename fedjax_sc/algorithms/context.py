@@ -120,6 +120,11 @@ class ReadOptions(Mapping):
         return len(self._values)
 
     @property
+    def read(self) -> list[str]:
+        """The names looked up (given or not), sorted."""
+        return sorted(self._read)
+
+    @property
     def unread(self) -> list[str]:
         """The names given that were never read, sorted."""
         return sorted(set(self._values) - self._read)

@@ -84,6 +84,7 @@ from fedjax_sc.models.fusion import FusionClassifier
 from fedjax_sc.models.generic_personal import FedRoDClassifier
 from fedjax_sc.models.private_shared import PrivateSharedClassifier
 from fedjax_sc.models.text_classifier import TextClassifier
+from fedjax_sc.run.plumbing.flags import flag
 from fedjax_sc.run.plumbing.option_table import (  # noqa: F401 (re-exported)
     KC,
     KTEPS_LOSS,
@@ -291,6 +292,12 @@ def user_algorithm(spec: str, *, vocab_size: int, num_classes: int, embed_dim: i
     if not isinstance(algorithm, Algorithm):
         raise ValueError(f"--algorithm {spec!r} returned {type(algorithm).__name__}, not a "
                          f"fedjax_sc.Algorithm")
+    clash = [k for k in context.options.read if k in RESERVED]
+    if clash:
+        raise ValueError(f"{spec} reads context.options[{clash[0]!r}], the name of the "
+                         f"library's setting {flag(clash[0])}: --grid {clash[0]}=... and "
+                         f"--config would set the library's, not yours; name the option "
+                         f"otherwise")
     if context.options.unread:
         raise ValueError(f"--algorithm-option {', '.join(context.options.unread)}: {spec} "
                          f"never reads it (a builder reads context.options[NAME] while it "
@@ -303,3 +310,12 @@ def user_algorithm(spec: str, *, vocab_size: int, num_classes: int, embed_dim: i
         algorithm = algorithm._replace(upload=upload if algorithm.upload == identity_upload()
                                        else chain(algorithm.upload, upload))
     return _run_wrappers(algorithm, o, dp_clip, dp_noise, server_opt)
+
+
+RESERVED = frozenset({config_field(k) for k in OPTIONS}
+                     | {p for p in inspect.signature(user_algorithm).parameters
+                        if p not in ("spec", "algorithm_options", "options")}
+                     | {"ap_lr_mult"})
+"""The names of the library's own settings that a user's algorithm may not give its own
+options (``context.options``): ``--grid NAME=...`` and ``--config`` address these, so an
+option of the same name could never be set (:func:`user_algorithm` refuses it)."""

@@ -138,3 +138,18 @@ def test_the_grid_varies_an_option_in_one_program(tmp_path, spec, capsys):
                      "--out", str(alone)]) == 0
     assert _losses(pop / "q-1_seed-0") == pytest.approx(_losses(alone), rel=1e-5)
     assert min(_losses(alone)) > 0
+
+
+def test_an_option_named_like_a_library_setting_is_refused(tmp_path, capsys):
+    from fedjax_sc.run import members, registry
+    path = tmp_path / "clash.py"
+    path.write_text(SCALED.replace('context.options.get("q", 1.0)',
+                                   'context.options.get("server_lr", 1.0)'))
+    # the grid would vary the library's --server-lr, never this option: refused, not dropped
+    assert cli.main(["train", "--algorithm", f"{path}:scaled", *TINY, "--grid",
+                     "server_lr=0.5,1", "--server-opt", "sgd",
+                     "--out", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "reads context.options['server_lr'], the name of the library's setting " \
+           "--server-lr" in err[-1], err
+    assert set(members.GRID_NAMES) <= registry.RESERVED
