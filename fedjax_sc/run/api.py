@@ -121,6 +121,10 @@ def train_runs(algorithm: str | Callable[..., Any], explicit: set[str], *, out: 
     if seeds is None and not specs:
         if from_run is not None:
             config = _copied_from(Path(from_run), [config])[0]
+        (config,), fresh = members.restart_unsaved([config])
+        if fresh:  # round 1 never completed (a failed first compile, a crash): nothing lost
+            log(f"--resume: {config.out} holds no checkpoint (round 1 never completed): "
+                f"trained from round 0 again")
         return (train_one(config, log=log) if mesh is None
                 else train_one(config, log=log, mesh=mesh))
     configs = members.expand(config, None if seeds is None else [int(s) for s in seeds],

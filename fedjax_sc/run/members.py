@@ -246,8 +246,9 @@ def _settings_key(c: TrainConfig, skip: set[str], *extra: Any, traced: bool = Fa
 
 
 def restart_unsaved(configs: Sequence[TrainConfig]) -> tuple[list[TrainConfig], list[int]]:
-    """``--resume`` of a population: each member whose folder holds its run but no checkpoint
-    (it never completed round 1, e.g. it diverged in it) set to start afresh (``resume``
+    """``--resume``: each run whose folder holds its configuration but nothing it trained
+    (:func:`fedjax_sc.run.rundir.never_trained`: it never completed round 1, e.g. it diverged
+    in it, or its first compile failed) set to start afresh (``resume``
     off, ``overwrite`` on: its folder's run files are replaced once every check passed); the
     others as they are. Nothing is removed here.
 
@@ -261,7 +262,7 @@ def restart_unsaved(configs: Sequence[TrainConfig]) -> tuple[list[TrainConfig], 
     out, restarted = [], []
     for i, c in enumerate(configs):
         folder = Path(c.out)
-        if c.resume and (folder / "config.json").exists() and rundir.last_round(folder) is None:
+        if c.resume and rundir.never_trained(folder):
             rundir.check_out_dir(folder, c.resolved())  # the settings it was started with
             c = dataclasses.replace(c, resume=False, overwrite=True)
             restarted.append(i)

@@ -329,6 +329,17 @@ def remove_file(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def never_trained(out: Path) -> bool:
+    """Whether run folder ``out`` holds a run's config.json but nothing it trained: no
+    checkpoint, no report and no round in ``metrics.jsonl`` (round 1 never completed: a failed
+    first compile, a crash, a divergence), so that starting it afresh loses nothing."""
+    metrics = out / "metrics.jsonl"
+    rounds = (metrics.exists()
+              and any('"round"' in line for line in metrics.read_text().splitlines()))
+    return ((out / "config.json").exists() and last_round(out) is None
+            and not (out / "report.json").exists() and not rounds)
+
+
 def last_round(out: Path) -> int | None:
     """The round of the newest checkpoint in run folder ``out`` (None: none)."""
     ckpts = out / "checkpoints"

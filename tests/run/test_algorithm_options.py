@@ -153,3 +153,19 @@ def test_an_option_named_like_a_library_setting_is_refused(tmp_path, capsys):
     assert "reads context.options['server_lr'], the name of the library's setting " \
            "--server-lr" in err[-1], err
     assert set(members.GRID_NAMES) <= registry.RESERVED
+
+
+def test_a_run_whose_first_round_failed_resumes_from_round_0(tmp_path, capsys):
+    path, out = tmp_path / "broken.py", tmp_path / "run"
+    path.write_text(SCALED.replace("return q * value, aux",
+                                   'raise ValueError("a bug in the loss")'))
+    assert cli.main(["train", "--algorithm", f"{path}:scaled", *TINY, "--out", str(out)]) == 1
+    assert "a bug in the loss" in capsys.readouterr().err
+    assert (out / "config.json").exists()  # the folder was begun, nothing trained
+    path.write_text(SCALED)  # the bug mended, the same command with --resume
+    from fedjax_sc.algorithms import context
+    context._LOADED.clear()  # a new process would load the file afresh
+    assert cli.main(["train", "--algorithm", f"{path}:scaled", *TINY, "--out", str(out),
+                     "--resume"]) == 0
+    assert "holds no checkpoint (round 1 never completed)" in capsys.readouterr().out
+    assert len(_losses(out)) == 2
