@@ -226,11 +226,17 @@ def test_resume_tells_of_an_algorithm_file_that_changed(tmp_path):
                   resume=True, log=lines.append, **settings)
         assert any("the algorithm's file" in line and "changed" in line
                    for line in lines) == told
+    own.write_text(own.read_text().replace("# an edit", "# an adit"))  # the same size
+    lines = []
+    fsc.train(f"{own}:scaffold", out=tmp_path / "run", rounds=4, resume=True,
+              log=lines.append, **settings)
+    assert any("(same size, SHA-256 " in line for line in lines), lines
 
 
 @pytest.mark.parametrize("bug, line", [
     ("a, b = (1, 2, 3)", "too many values to unpack (expected 2)"),
-    ("{}['mu']", "KeyError: 'mu'")])
+    ("{}['mu']", "KeyError: 'mu'"),
+    ('raise TypeError("one\\ntwo")', "TypeError: one (the traceback above has the rest)")])
 def test_an_error_in_the_users_code_shows_where_then_the_one_line(tmp_path, capsys,
                                                                    monkeypatch, bug, line):
     """The one-line error names no file of a user's algorithm: an error of any type raised in

@@ -405,12 +405,14 @@ def _raised_in_user_code(e: BaseException) -> bool:
 def _one_line(e: Exception) -> str:
     """The one-line error: a library error's message (:func:`_os_error` for an ``OSError``);
     another type, raised in a user's code, with its name (a bare ``KeyError`` says only
-    ``'name'``)."""
+    ``'name'``); of a message of several lines (JAX's tracer errors), the first."""
     if isinstance(e, OSError):  # FileExistsError, a full disk
         return _os_error(e)
+    lines = str(e).strip().splitlines() or [""]
+    first = lines[0] + (" (the traceback above has the rest)" if len(lines) > 1 else "")
     if isinstance(e, (ValueError, RuntimeError)) or type(e).__module__.startswith("fedjax_sc"):
-        return str(e)
-    return f"{type(e).__name__}: {e}"
+        return first
+    return f"{type(e).__name__}: {first}"
 
 
 def _os_error(e: OSError) -> str:

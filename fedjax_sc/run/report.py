@@ -144,7 +144,8 @@ def round_row(r: int, m: Any, ag: np.ndarray | None, personal: dict[str, np.ndar
            "train_loss_per_client": m.train_loss.round(5).tolist(),
            "Ag_per_client": None if ag is None else accuracy_list(ag),
            "aux": {k: mean(v) for k, v in m.aux.items()},
-           "aux_per_client": {k: v.round(5).tolist() for k, v in m.aux.items()},
+           "aux_per_client": {k: [float(f"{x:.6g}") for x in v.tolist()]  # a term of 3e-5
+                              for k, v in m.aux.items()},
            "communication": comm}
     if hetero:
         row["local_steps_per_client"] = m.steps.tolist()

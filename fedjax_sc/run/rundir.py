@@ -182,9 +182,16 @@ def check_resume_data(out: Path, now: dict[str, Any], vocab_json: str) -> str | 
     was, now_code = read_json(saved_path).get("algorithm"), now.get("algorithm")
     if was and now_code and was["sha256"] != now_code["sha256"]:
         return (f"--resume: the algorithm's file {now_code['file']} changed since the rounds "
-                f"in {out} were trained ({was['bytes']:,} -> {now_code['bytes']:,} bytes); "
+                f"in {out} were trained ({_change(was, now_code)}); "
                 f"the rounds to come train with it as it is now")
     return None
+
+
+def _change(was: dict[str, Any], now: dict[str, Any]) -> str:
+    """``"2,371 -> 2,380 bytes"``, or the SHA-256s' first digits where the size is the same."""
+    if was["bytes"] != now["bytes"]:
+        return f"{was['bytes']:,} -> {now['bytes']:,} bytes"
+    return f"same size, SHA-256 {was['sha256'][:12]} -> {now['sha256'][:12]}"
 
 
 def read_metrics(path: Path, upto: int, log: Callable[[str], None] = print) -> list[dict]:
