@@ -172,7 +172,8 @@ def test_a_checkpoint_of_another_structure_is_refused_and_left_in_place(tmp_path
     capsys.readouterr()
     assert cli.main([*args, "--resume"]) == 1
     err = capsys.readouterr().err
-    assert "holds states of another structure than this run's" in err
+    assert "holds states of another structure than this run's (this run has " \
+           "['server_algorithm'] float32[3], which the checkpoint lacks)" in err
     assert "nothing was moved" in err.splitlines()[-1]
     assert not (tmp_path / "run" / "corrupt-checkpoints").exists()
     assert (tmp_path / "run" / "checkpoints" / "1").is_dir()

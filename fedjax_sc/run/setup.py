@@ -178,9 +178,9 @@ def restore_checkpoint(ckpt: ocp.CheckpointManager, step: int, state: ServerStat
         if isinstance(e, ValueError) and "structures do not match" in str(e):  # orbax's words
             raise CheckpointLayoutError(
                 f"round {step} in {ckpt.directory} holds states of another structure than "
-                f"this run's (a run begun with another version of the library or of its "
-                f"algorithm): nothing was moved; resume it with the code it was begun with, "
-                f"or start afresh with --overwrite") from e
+                f"this run's{_difference(ckpt, step, template)} (a run begun with another "
+                f"version of the library or of its algorithm): nothing was moved; resume it "
+                f"with the code it was begun with, or start afresh with --overwrite") from e
         raise CheckpointError(f"round {step} in {ckpt.directory} cannot be read "
                               f"({type(e).__name__}: {_first_line(e)})") from e
     expected = _digests(ckpt).get(str(step))
@@ -257,6 +257,32 @@ DIGESTS = "digests.json"
 def _digests(ckpt: ocp.CheckpointManager) -> dict[str, str]:
     path = Path(ckpt.directory) / DIGESTS
     return rundir.read_json(path) if path.exists() else {}
+
+
+def _difference(ckpt: ocp.CheckpointManager, step: int, template: Any) -> str:
+    """``" (the checkpoint holds ['server']['v'] float32[8], which this run lacks)"``: the
+    first leaf in which the saved tree and this run's differ, or "" where orbax's metadata
+    cannot be read."""
+    try:
+        saved = ckpt.item_metadata(step).tree
+    except Exception:  # noqa: BLE001 (the message goes on without it)
+        return ""
+
+    def leaves(tree, is_leaf=None) -> dict[str, str]:
+        flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)[0]
+        return {jax.tree_util.keystr(k): f"{np.dtype(v.dtype).name}{list(v.shape)}"
+                for k, v in flat}
+
+    was = leaves(saved, lambda x: hasattr(x, "shape") and not isinstance(x, dict))
+    now = leaves(template)
+    for key in sorted(set(was) | set(now)):
+        if key not in now:
+            return f" (the checkpoint holds {key} {was[key]}, which this run lacks)"
+        if key not in was:
+            return f" (this run has {key} {now[key]}, which the checkpoint lacks)"
+        if was[key] != now[key]:
+            return f" ({key} is {was[key]} in the checkpoint, {now[key]} in this run)"
+    return ""
 
 
 def _first_line(e: Exception) -> str:
