@@ -230,6 +230,26 @@ def _check(r: _Rows, columns: dict[str, tuple[str, str]]) -> dict[str, pa.Chunke
     return cols
 
 
+def _refuse_mixed_labels(col: pa.ChunkedArray, classes: list, r: _Rows, column: str) -> None:
+    """Refuses string labels of which some read as integers and some do not (``0``, ``1``,
+    ``2`` and one ``pos``): each would be a class of its own, C one too many, without a word.
+
+    Raises:
+      ValueError: naming the first row of the fewer kind (``path:line``) and the others.
+    """
+    numbers = [c for c in classes if isinstance(c, str) and c.strip().lstrip("+-").isdigit()]
+    if not numbers or len(numbers) == len(classes):
+        return
+    words = [c for c in classes if c not in numbers]
+    odd, rest = (words, numbers) if len(words) <= len(numbers) else (numbers, words)
+    first = int(np.flatnonzero(pc.is_in(col, value_set=pa.array(odd)).to_numpy(
+        zero_copy_only=False))[0])
+    raise ValueError(f"{r.where(first)}: column {column!r}: label {col[first].as_py()!r} "
+                     f"among labels that are {'numbers' if rest is numbers else 'words'} "
+                     f"({', '.join(map(repr, rest[:4]))}{', ...' if len(rest) > 4 else ''}): "
+                     f"each would be a class of its own; write every label one way")
+
+
 def _index(col: pa.ChunkedArray, values: Sequence, r: _Rows, column: str, what: str,
            other: str, missing_ok: bool = False) -> np.ndarray:
     """int ``[n]``: each row's position in ``values``; a value not in it is an error, or -1
@@ -384,6 +404,8 @@ def read_table(data: str, *, text_column: str, label_column: str,
     train_labels = cols["train"]["label"]
     classes = (list(label_names) if label_names is not None
                else sorted(pc.unique(train_labels).to_pylist()))
+    if label_names is None:
+        _refuse_mixed_labels(train_labels, classes, train, label_column)
     if len(classes) < 2:
         raise ValueError(f"{train.path}: column {label_column!r} holds one class only "
                          f"({', '.join(map(repr, classes))}); a classifier needs two or more")

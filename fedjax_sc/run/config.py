@@ -389,6 +389,8 @@ class TrainConfig:
                 raise ValueError(f"{c.embeddings} holds {d}-dimensional vectors, got "
                                  f"--embed-dim {c.embed_dim}")
             c.embed_dim = d
+            # as the data folder: config.json reruns from any folder (--config)
+            c.embeddings = str(Path(c.embeddings).expanduser().resolve())
         for name in ("rounds", "local_epochs", "batch_size", "max_len", "vocab_size",
                      "embed_dim", "hidden", "mlp_hidden"):
             if getattr(c, name) < 1:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fedjax_sc.run import registry, table_scene
-from fedjax_sc.run.config import TrainConfig
+from fedjax_sc.run.config import EMBEDDINGS, TrainConfig
 from fedjax_sc.run.plumbing.flags import flag
 from fedjax_sc.run.plumbing.jsonfile import read_json
 
@@ -199,7 +199,8 @@ def config_diff(saved: dict[str, Any], c: TrainConfig) -> dict[str, tuple[Any, A
     differs from ``c``. The rounds, the output folder and the Ap phase's settings may differ
     (a run continues, or only its evaluation is redone), and so may ``padding`` (how the
     rounds are fed: the figures change by float32 rounding only; config.json then records the
-    new one), the spelling of the data folder or files and the table scene's ``label_names``,
+    new one), the spelling of the data folder or files (and of a word-vector file) and the
+    table scene's ``label_names``,
     read from its data (the data themselves are compared by their fingerprint,
     :func:`fedjax_sc.run.rundir.check_resume_data`), and an option the run's algorithm does not
     read (:func:`fedjax_sc.run.registry.reads`: a FedAvg run is the same whatever FedFusion's
@@ -211,6 +212,8 @@ def config_diff(saved: dict[str, Any], c: TrainConfig) -> dict[str, tuple[Any, A
     defaults = {**json.loads(json.dumps(dataclasses.asdict(TrainConfig()))),
                 **table_scene.saved_defaults(saved)}
     now = json.loads(json.dumps(dataclasses.asdict(c)))
+    if not {saved.get("embeddings"), c.embeddings} & set(EMBEDDINGS):
+        ignore.add("embeddings")  # a word-vector file both times, its path spelt otherwise
     return {k: (saved.get(k, defaults[k]), v) for k, v in now.items()
             if k not in ignore and registry.reads(c.algorithm, k)
             and saved.get(k, defaults[k]) != v}

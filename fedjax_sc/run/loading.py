@@ -125,6 +125,9 @@ def load(c: TrainConfig, mesh: jax.sharding.Mesh, checked: processes.Agreement,
     log(f"scene {scene.name}: {scene.num_clients} clients, V = {len(scene.vocab)}, "
         f"L = {scene.max_len}, N = {int(counts[0].sum())} train / {int(counts[1].sum())} test "
         f"reviews ({time.perf_counter() - t0:.1f} s)")
+    if scene.label_names is not None:  # the classes the data's labels made
+        names = ", ".join(map(str, scene.label_names[:8]))
+        log(f"{scene.num_classes} classes: {names}{', ...' if scene.num_classes > 8 else ''}")
     if note:
         log(note)
     latin1 = {st["client"]: st["n_latin1_lines"] for st in scene.stats if st["n_latin1_lines"]}

@@ -180,3 +180,21 @@ def test_a_file_holding_almost_none_of_the_vocabulary_is_refused(tmp_path):
         embeddings.word_vectors(path, vocab)
     path.write_text("w0 1 2\nother 3 4\nw1 5 6\n")  # 2 of 200: 1%, enough
     assert embeddings.word_vectors(path, vocab).num_found == 2
+
+
+def test_a_word_vector_file_is_recorded_by_its_full_path(tmp_path, monkeypatch):
+    """config.json reruns from any folder (``--config``), and a resume may spell the path
+    otherwise, as the data folder."""
+    import dataclasses
+    import json
+
+    from fedjax_sc.run.config import TrainConfig
+    from fedjax_sc.run.config_file import config_diff
+    (tmp_path / "vecs.txt").write_text("good 1 2 3\nthe 4 5 6\n")
+    monkeypatch.chdir(tmp_path)
+    c = TrainConfig(embeddings="vecs.txt").resolved()
+    assert c.embeddings == str(tmp_path / "vecs.txt") and c.embed_dim == 3
+    saved = json.loads(json.dumps(dataclasses.asdict(c)))  # as a run writes it
+    assert config_diff({**saved, "embeddings": "vecs.txt"}, c) == {}
+    assert config_diff({**saved, "embeddings": "random"}, c) == {
+        "embeddings": ("random", str(tmp_path / "vecs.txt"))}

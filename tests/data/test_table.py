@@ -267,6 +267,17 @@ def test_bytes_not_utf8_and_an_infinite_label_name_their_line(tmp_path, name, da
         read(tmp_path / name)
 
 
+def test_labels_mixing_numbers_and_words_name_the_odd_row(tmp_path):
+    data = rows(12, labels=("0", "1", "2"))
+    data[7]["label"] = "pos"  # a CSV of 0/1/2 with one label spelt as a word
+    path = write(tmp_path / "mixed.csv", data)
+    with pytest.raises(ValueError, match=r"mixed\.csv:9: column 'label': label 'pos' among "
+                       r"labels that are numbers \('0', '1', '2'\)"):
+        read(path, test_fraction=0.3)
+    assert read(write(tmp_path / "words.csv", rows(12, labels=("1star", "pos"))),
+                test_fraction=0.3).label_names == ("1star", "pos")  # words only: fine
+
+
 def test_bad_labels_clients_and_splits(tmp_path):
     one = write(tmp_path / "one.csv", rows(6, labels=("pos",)))
     with pytest.raises(ValueError, match=r"one\.csv: column 'label' holds one class only"):
