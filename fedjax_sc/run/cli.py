@@ -35,8 +35,11 @@ class _Parser(argparse.ArgumentParser):
     (argparse's) instead of the whole usage block; its subcommands' parsers are of this class
     too."""
 
+    help_of = ""  # the subcommand whose options the message points to (set by main)
+
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the "
+        where = f"{self.prog} {self.help_of}".strip()
+        self.exit(2, f"{self.prog}: error: {message} (`{where} --help` lists the "
                      f"options)\n")
 
 
@@ -62,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
                    "evaluation and the Ap phase run, with the Ap settings given here (e.g. "
                    "--ap-steps 200 --grid ap_lr_mult=0.01,1); RUN is not changed")
     p.train_parser = t
+    p.subcommands = sub.choices  # name -> parser (filled as the subcommands are added)
     q = sub.add_parser(
         "reproduce", help="run every method of a paper table (resumable results store) and "
         "print ours (mean +- std over seeds) beside the paper's figures",
@@ -285,6 +289,9 @@ def _debug_logging() -> None:
 def main(argv: list[str] | None = None) -> int:
     _debug_logging()
     parser = _parser()
+    words = sys.argv[1:] if argv is None else argv
+    # a flag no subcommand knows is refused by the top parser: point to the subcommand's help
+    parser.help_of = next((w for w in words[:1] if w in parser.subcommands), "")
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
     if args.get("domains"):
@@ -322,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                     raise ValueError("--csv: write results export RUN [RUN ...] --csv FILE")
                 from fedjax_sc.run.paper.tidy_csv import metrics_csv
                 rows = metrics_csv(args["runs"], args["csv"])
-                print(f"{rows} rows from {len(args['runs'])} run(s) -> {args['csv']}")
+                print(f"{rows} rows from {', '.join(args['runs'])} -> {args['csv']}")
                 return 0
             if not args["table"]:
                 raise ValueError("results: --table is required (or export RUN --csv FILE)")

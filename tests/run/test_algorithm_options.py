@@ -90,6 +90,19 @@ def test_a_malformed_option_is_a_usage_error(tmp_path, spec, capsys, flags, mess
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["train", "--clients-per-rounds", "3"], "unrecognized arguments: --clients-per-rounds 3 "
+     "(`fedjax-sc train --help` lists the options)"),
+    (["compare"], "fedjax-sc compare: error: the following arguments are required"),
+    (["bogus"], "(`fedjax-sc --help` lists the options)"),
+])
+def test_a_usage_error_is_one_line_pointing_to_its_subcommands_help(capsys, argv, says):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1 and says in err[0], err
+
+
 def test_a_built_in_algorithm_refuses_options(tmp_path, capsys):
     assert cli.main(["train", "--algorithm", "fedavg", *TINY, "--algorithm-option", "q=0",
                      "--out", str(tmp_path / "run")]) == 1

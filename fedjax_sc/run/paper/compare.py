@@ -315,8 +315,8 @@ def _check_same_test(run_a: Path, run_b: Path, a: dict[str, Any], b: dict[str, A
                          f"{b['clients']}")
     if not (np.array_equal(a["mask"], b["mask"]) and np.array_equal(a["labels"], b["labels"])):
         raise ValueError(f"{run_a} and {run_b} were evaluated on other test examples (other "
-                         f"data, --max-len or --domains); a paired comparison needs the same "
-                         f"ones")
+                         f"data, test split, --max-len or --domains); a paired comparison needs "
+                         f"the same ones")
 
 
 def _signed_points(x: float) -> str:
