@@ -259,6 +259,7 @@ def _index(col: pa.ChunkedArray, values: Sequence, r: _Rows, column: str, what: 
     except pa.ArrowException as e:
         raise ValueError(f"{r.path}: column {column!r}: {other} are not all of one type "
                          f"({e})") from None
+    given = col.type
     try:
         col = col.cast(value_set.type)
     except pa.ArrowException:
@@ -273,8 +274,10 @@ def _index(col: pa.ChunkedArray, values: Sequence, r: _Rows, column: str, what: 
     if missing_ok:
         return np.where(np.isnan(ids), -1, ids).astype(np.int64)
     if bad.size:
+        types = ("" if given == value_set.type else
+                 f" (this file's {what}s are {given}, those {value_set.type})")
         raise ValueError(f"{r.where(bad[0])}: column {column!r}: {what} "
-                         f"{col[int(bad[0])].as_py()!r} does not occur in {other}")
+                         f"{col[int(bad[0])].as_py()!r} does not occur in {other}{types}")
     return ids.astype(np.int64)
 
 

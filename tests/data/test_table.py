@@ -308,6 +308,10 @@ def test_duplicate_columns_and_type_clashes_name_the_file(tmp_path):
     train = write(tmp_path / "d.csv", rows(8, clients=(1, 2)))
     with pytest.raises(ValueError, match=r"t\.csv: column 'domain' holds string, .* are int64"):
         read(train, test_data=str(write(tmp_path / "t.csv", rows(4))))
+    words = write(tmp_path / "w.csv", rows(8))  # string labels; the test file's numbers
+    with pytest.raises(ValueError, match=r"n\.csv:2: column 'label': label '1' does not occur "
+                       r"in .* \(this file's labels are int64, those string\)"):
+        read(words, test_data=str(write(tmp_path / "n.csv", rows(4, labels=(1, 0)))))
     with pytest.raises(ValueError, match=r"d\.csv: column 'label': the classes \[1, 'pos'\] "
                        r"are not all of one type"):
         read(train, test_fraction=0.5, label_names=[1, "pos"])
