@@ -9,7 +9,8 @@
 # so far; the table shows "unfinished: round N/50"), and an unfinished method beyond the paper
 # as its config.json and metrics.jsonl (no report: no table reads it until it finishes and
 # lands whole), so a sitting's progress lands even where the machine and its run folders may
-# not outlive it. Prints what it landed; results/fdu/
+# not outlive it; a run begun again on a new machine is exported only once it is past the
+# rounds committed. Prints what it landed; results/fdu/
 # beyond.md's prose is written by hand.
 #
 #   bash examples/fdu_land.sh && git status --short results/
@@ -21,6 +22,8 @@ cd "$(dirname "$0")/.."
 R=${OUT:-$HOME/fedjax_runs}
 PY=${PYTHON:-/work/main/.venv/bin/python}
 F="env PYTHONPATH=$PWD $PY -m fedjax_sc.run.cli"
+# rounds FILE: the round lines of a metrics.jsonl (0 where there is none)
+rounds() { if [ -f "$1" ]; then grep -c '"phase": "round"' "$1" || true; else echo 0; fi; }
 for t in table4 table8 table7; do
   cells=""
   for metrics in "$R/reproduce-$t"/fdu/*/seed-0/metrics.jsonl; do
@@ -28,7 +31,13 @@ for t in table4 table8 table7; do
     run=$(dirname "$metrics")
     cell=$(basename "$(dirname "$run")")
     [ -f "results/fdu/$t/$cell-seed0/report.json" ] && continue
-    if [ -f "$run/report.json" ] || [ "${UNFINISHED:-0}" = 1 ]; then cells="$cells $cell"; fi
+    if [ -f "$run/report.json" ]; then cells="$cells $cell"
+    elif [ "${UNFINISHED:-0}" = 1 ]; then
+      # a run begun again (its machine lost) is not exported over the more rounds committed
+      if [ "$(rounds "$metrics")" -gt "$(rounds "results/fdu/$t/$cell-seed0/metrics.jsonl")" ]
+      then cells="$cells $cell"
+      else echo "$cell: $(rounds "$metrics") rounds, not past the committed ones; kept"; fi
+    fi
   done
   if [ -n "$cells" ]; then
     $F results export --table $t --scene fdu --store "$R/reproduce-$t" --methods $cells
@@ -57,6 +66,10 @@ if [ "${UNFINISHED:-0}" = 1 ]; then
     run=$(dirname "$metrics")
     dest="$B/$(basename "$run")"
     [ -f "$run/report.json" ] || [ -f "$dest/report.json" ] && continue
+    if [ "$(rounds "$metrics")" -le "$(rounds "$dest/metrics.jsonl")" ]; then
+      echo "$(basename "$run"): $(rounds "$metrics") rounds, not past the committed ones; kept"
+      continue
+    fi
     mkdir -p "$dest" && cp "$run/config.json" "$metrics" "$dest/"
     echo "$(basename "$run"): unfinished, its rounds so far in $dest"
   done
