@@ -32,10 +32,8 @@ the column.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -43,24 +41,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fedjax_sc.data import partition as partition_lib
-from fedjax_sc.data import table_lines
 from fedjax_sc.data.corpus import Corpus
+from fedjax_sc.data.table_files import (  # noqa: F401 (FORMATS, HF_BUILDERS: re-exported)
+    FORMATS,
+    HF_BUILDERS,
+    MissingDatasetsError,
+    Rows,
+    read_rows,
+)
 
-FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "json", ".json": "json", ".ndjson": "json",
-           ".parquet": "parquet", ".pq": "parquet"}
-"""File extension -> format (``.gz`` / ``.bz2`` after a CSV/TSV/JSON one: compressed)."""
-HF_BUILDERS = ("csv", "json", "parquet", "arrow")
-"""``datasets``' packaged builders that ``hf:BUILDER:FILE`` may name (local files only)."""
 DEFAULT_TEST_FRACTION = 0.2
 """Held out per client without a test file: FDU-MTL's own ratio (400 test reviews of 2,000
 per domain) and flwr-datasets' examples' ``train_test_split(test_size=0.2)``."""
 TEST_SPLITS = ("random", "last")
 """Which rows of a client a held-out fraction takes (:func:`read_table`'s ``test_split``):
 random ones, or its last ones in file order."""
-
-
-class MissingDatasetsError(ImportError, RuntimeError):
-    """A datasets folder or ``hf:BUILDER:FILE`` without the ``datasets`` package."""
 
 
 class TableCorpora(NamedTuple):
@@ -78,107 +73,9 @@ class TableCorpora(NamedTuple):
     unseen: Corpus | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class _Rows:
-    """Rows of one file: ``table``'s row i is the file's row ``rows[i]`` (0-based, data rows)."""
-
-    table: pa.Table
-    path: str
-    kind: str  # csv | tsv | json | parquet | hf
-    rows: np.ndarray
-
-    def where(self, i: int) -> str:
-        """``path:line`` of row i (CSV, JSON lines), else ``path: row k``."""
-        row = int(self.rows[i])
-        if self.kind in ("csv", "tsv"):
-            return f"{self.path}:{table_lines.csv_line(self.path, row, self.kind)}"
-        if self.kind == "json":
-            return f"{self.path}:{table_lines.json_line(self.path, row)}"
-        return f"{self.path}: row {row}"
-
-    def take(self, mask: np.ndarray) -> _Rows:
-        idx = np.flatnonzero(mask)
-        return _Rows(self.table.take(idx), self.path, self.kind, self.rows[idx])
 
 
-def _kind(path: str) -> str:
-    name = Path(path).name.lower()
-    for packed in (".gz", ".bz2"):
-        name = name.removesuffix(packed)
-    kind = FORMATS.get(Path(name).suffix)
-    if kind is None or (kind == "parquet" and name != Path(path).name.lower()):
-        raise ValueError(f"{path}: unknown extension {''.join(Path(path).suffixes)!r}; use "
-                         f".csv, .tsv, .jsonl, .json or .parquet (.gz or .bz2 after a CSV or "
-                         f"JSON one), a datasets folder, or hf:BUILDER:FILE")
-    return kind
-
-
-def _read_file(path: str, text_column: str) -> _Rows:
-    """One CSV / TSV / JSON-lines / Parquet file as a pyarrow table (the text column read as
-    strings in a CSV, so that ``NA`` or ``123`` stay texts)."""
-    import pyarrow.csv
-    import pyarrow.json
-    import pyarrow.parquet
-    kind = _kind(path)
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{path} not found")
-    try:
-        if kind in ("csv", "tsv"):
-            table = pyarrow.csv.read_csv(
-                path, parse_options=pyarrow.csv.ParseOptions(
-                    delimiter="\t" if kind == "tsv" else ",", newlines_in_values=True),
-                convert_options=pyarrow.csv.ConvertOptions(
-                    column_types={text_column: pa.string()}))
-        elif kind == "json":
-            table = pyarrow.json.read_json(path)
-        else:
-            table = pyarrow.parquet.read_table(path)
-        if kind != "parquet":
-            # pyarrow's JSON reader takes bytes that are not UTF-8 into its strings
-            table.validate(full=True)
-    except (pa.ArrowException, OSError) as e:  # ArrowInvalid, ArrowTypeError, ...
-        raise ValueError(table_lines.read_error(path, kind, e)) from None
-    return _Rows(table, path, kind, np.arange(table.num_rows))
-
-
-def _read_hf(spec: str) -> dict[str, _Rows]:
-    """A ``datasets`` folder (``{split: rows}``, ``{"": rows}`` for one Dataset) or
-    ``hf:BUILDER:FILE`` (``{"": rows}``)."""
-    try:
-        import datasets
-    except ImportError as e:
-        raise MissingDatasetsError(f"{spec}: a datasets folder or hf:BUILDER:FILE needs the "
-                                   f"datasets package: pip install 'fedjax_sc[hf]'") from e
-    if spec.startswith("hf:"):
-        builder, _, path = spec[3:].partition(":")
-        if builder not in HF_BUILDERS or not path:
-            raise ValueError(f"{spec}: write hf:BUILDER:FILE with BUILDER one of {HF_BUILDERS}")
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"{path} not found")
-    import datasets.builder
-    try:
-        if spec.startswith("hf:"):
-            loaded = {"": datasets.load_dataset(builder, data_files=path, split="train")}
-        else:
-            got = datasets.load_from_disk(spec)
-            loaded = dict(got) if isinstance(got, datasets.DatasetDict) else {"": got}
-        tables = {split: ds.with_format("arrow")[:] for split, ds in loaded.items()}
-    except (pa.ArrowException, datasets.builder.DatasetGenerationError) as e:
-        cause = e.__cause__ or e
-        raise ValueError(f"{spec}: datasets cannot read it ({type(cause).__name__}: "
-                         f"{' '.join(str(cause).split())})") from None
-    return {split: _Rows(table, f"{spec}[{split}]" if split else spec, "hf",
-                         np.arange(table.num_rows)) for split, table in tables.items()}
-
-
-def _read(spec: str, text_column: str) -> dict[str, _Rows]:
-    """``{"": rows}`` for a file, ``{split: rows}`` for a DatasetDict folder."""
-    if spec.startswith("hf:") or Path(spec).is_dir():
-        return _read_hf(spec)
-    return {"": _read_file(spec, text_column)}
-
-
-def _column(r: _Rows, name: str, flag: str) -> pa.ChunkedArray:
+def _column(r: Rows, name: str, flag: str) -> pa.ChunkedArray:
     if name not in r.table.column_names:
         raise ValueError(f"{r.path}: no column {name!r} ({flag}); its columns: "
                          f"{', '.join(r.table.column_names)}")
@@ -205,7 +102,7 @@ def _missing(col: pa.ChunkedArray) -> np.ndarray:
     return np.asarray(gone.to_numpy(zero_copy_only=False), bool)
 
 
-def _check(r: _Rows, columns: dict[str, tuple[str, str]]) -> dict[str, pa.ChunkedArray]:
+def _check(r: Rows, columns: dict[str, tuple[str, str]]) -> dict[str, pa.ChunkedArray]:
     """The named columns of ``r``; the first row with a missing value in any of them (file
     order) is an error. ``columns``: ``{role: (column, flag)}``."""
     cols = {role: _column(r, name, flag) for role, (name, flag) in columns.items()}
@@ -230,7 +127,7 @@ def _check(r: _Rows, columns: dict[str, tuple[str, str]]) -> dict[str, pa.Chunke
     return cols
 
 
-def _refuse_mixed_labels(col: pa.ChunkedArray, classes: list, r: _Rows, column: str) -> None:
+def _refuse_mixed_labels(col: pa.ChunkedArray, classes: list, r: Rows, column: str) -> None:
     """Refuses string labels of which some read as integers and some do not (``0``, ``1``,
     ``2`` and one ``pos``): each would be a class of its own, C one too many, without a word.
 
@@ -250,7 +147,7 @@ def _refuse_mixed_labels(col: pa.ChunkedArray, classes: list, r: _Rows, column: 
                      f"each would be a class of its own; write every label one way")
 
 
-def _index(col: pa.ChunkedArray, values: Sequence, r: _Rows, column: str, what: str,
+def _index(col: pa.ChunkedArray, values: Sequence, r: Rows, column: str, what: str,
            other: str, missing_ok: bool = False) -> np.ndarray:
     """int ``[n]``: each row's position in ``values``; a value not in it is an error, or -1
     with ``missing_ok``."""
@@ -376,7 +273,7 @@ def read_table(data: str, *, text_column: str, label_column: str,
     columns = {"text": (text_column, "--text-column"), "label": (label_column, "--label-column")}
     if client_column is not None:
         columns["client"] = (client_column, "--client-column")
-    main = _read(data, text_column)
+    main = read_rows(data, text_column)
     if len(main) > 1 or "" not in main:  # a DatasetDict: its train and test splits
         if "train" not in main:
             raise ValueError(f"{data}: a DatasetDict without a 'train' split (splits: "
@@ -393,7 +290,7 @@ def read_table(data: str, *, text_column: str, label_column: str,
                      "('train', 'test')")
         train, test = train.take(ids == 0), train.take(ids == 1)
     elif test_data is not None:
-        parts = _read(test_data, text_column)
+        parts = read_rows(test_data, text_column)
         test = parts.get("", parts.get("test"))
         if test is None:
             raise ValueError(f"{test_data}: a DatasetDict without a 'test' split (splits: "
