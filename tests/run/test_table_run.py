@@ -115,6 +115,15 @@ def test_cross_device_table_trains_clients_without_test_rows(tmp_path, capsys, m
     row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     assert row["Ag_coverage"] == 8 / 12 and row["padding_ratio"] >= 1
     assert "Ag_unseen" in (out / "report.md").read_text()
+    # results export --csv keeps the cross-device figures of every round
+    assert cli.main(["results", "export", str(out), "--csv", str(tmp_path / "m.csv")]) == 0
+    import csv
+    with (tmp_path / "m.csv").open() as f:
+        means = [r for r in csv.DictReader(f) if r["client"] == "all" and r["round"] == "1"]
+    figures = {r["metric"]: float(r["value"]) for r in means}
+    assert figures["Ag_pooled"] == pytest.approx(row["Ag_pooled"])
+    assert figures["Ag_unseen"] == pytest.approx(row["Ag_unseen"])
+    assert figures["padding_ratio"] == pytest.approx(row["padding_ratio"])
 
 
 def test_test_split_last_through_the_cli(tmp_path, capsys):

@@ -102,6 +102,13 @@ def test_round_scalars_name_every_metric_once():
         "upload_sent_MB_mean": 2.0, "Ag_per_client/a": 0.4, "train_loss_per_client/a": 0.8,
         "train_loss_per_client/b": 0.6}
     assert "Ag" not in tracking.round_scalars(dict(row, Ag=None), ["a", "b"])
+    # a cross-device round's figures reach the trackers and the tidy CSV alike
+    xdev = dict(row, Ag_pooled=0.55, Ag_unseen=None, Ag_coverage=0.5, padding_ratio=0.25,
+                lr=0.005, participants=2)
+    assert {k: v for k, v in tracking.round_scalars(xdev, ["a", "b"]).items()
+            if k not in tracking.round_scalars(row, ["a", "b"])} == {
+        "Ag_pooled": 0.55, "Ag_coverage": 0.5, "padding_ratio": 0.25, "lr": 0.005,
+        "participants": 2}
     assert tracking.ap_scalars({"s": [0.1, 0.2], "sp": [0.3, 0.4]}) == [
         {"Ap_t/s": 0.1, "Ap_t/sp": 0.3}, {"Ap_t/s": 0.2, "Ap_t/sp": 0.4}]
 

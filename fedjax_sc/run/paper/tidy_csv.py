@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fedjax_sc.run import rundir
+from fedjax_sc.run.plumbing.tracking import round_figures
 
 CSV_COLUMNS = ("run", "seed", "phase", "round", "t", "client", "metric", "value")
 """The columns of :func:`metrics_csv` (one measurement per row: tidy data); a population's
@@ -41,9 +42,11 @@ def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
     per row: ``run`` (the folder as given, or a population member's), ``seed``, the population's
     grid settings (one column each, empty for a run outside one), ``phase`` (``round`` / ``ap``),
     ``round``, ``t`` (the Ap evaluation, empty for rounds), ``client`` (its name, or ``all`` for a
-    mean over clients), ``metric`` (``Ag``, ``train_loss``, ``personal_<mode>``, an aux term,
-    ``seconds``, ``upload_sent_bytes``, ``participants`` and ``local_steps`` with heterogeneous
-    clients...; ``Ap_t_<mode>`` in the Ap phase) and ``value`` (accuracies as fractions).
+    mean over clients), ``metric`` (every top-level number of the row,
+    :func:`~fedjax_sc.run.plumbing.tracking.round_figures`: ``Ag``, ``train_loss``, ``seconds``,
+    the cross-device ``Ag_pooled``/``Ag_unseen``...; ``personal_<mode>``, an aux term,
+    ``upload_sent_bytes``, ``local_steps`` with heterogeneous clients...; ``Ap_t_<mode>`` in
+    the Ap phase) and ``value`` (accuracies as fractions).
     ``pandas.read_csv(path).pivot_table(...)`` gives any view.
 
     Returns:
@@ -78,9 +81,8 @@ def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
                 for k, value in enumerate(r.get("Ap_t_per_client") or []):
                     add(_name(names, k), "Ap_t", value)
                 continue
-            for metric in ("Ag", "train_loss", "seconds", "client_steps_per_s", "participants"):
-                if r.get(metric) is not None:
-                    add("all", metric, r[metric])
+            for metric, value in round_figures(r).items():
+                add("all", metric, value)
             for mode, value in (r.get("personal") or {}).items():
                 add("all", f"personal_{mode}", value)
             for metric, value in (r.get("aux") or {}).items():

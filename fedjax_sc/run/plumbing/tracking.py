@@ -49,6 +49,18 @@ class MissingExtraError(ImportError, RuntimeError):
     install. A RuntimeError too, so that the CLI prints it as one line."""
 
 
+def round_figures(row: dict[str, Any]) -> dict[str, float]:
+    """A ``metrics.jsonl`` round row's top-level numbers: ``Ag``, ``train_loss``, ``seconds``,
+    ``client_steps_per_s`` and, where the run has them, ``participants`` (heterogeneous
+    clients), ``lr`` (a scheduled LR), ``padding_ratio`` (a cross-device feed) and the
+    cross-device figures ``Ag_pooled``, ``Ag_clients``, ``Ag_coverage``, ``Ag_unseen``,
+    ``unseen_rows`` (:mod:`fedjax_sc.run.cross_device`). Every number is taken, so a figure a
+    later version adds to the row is never dropped; ``round`` and ``None`` entries are left
+    out. One place for :func:`round_scalars` and the tidy CSV of ``results export --csv``."""
+    return {k: v for k, v in row.items() if k != "round" and not isinstance(v, bool)
+            and isinstance(v, (int, float))}
+
+
 def round_scalars(row: dict[str, Any], clients: Sequence[str]) -> dict[str, float]:
     """The scalars of one ``metrics.jsonl`` round row, as TensorBoard tags / W&B keys.
 
@@ -58,14 +70,13 @@ def round_scalars(row: dict[str, Any], clients: Sequence[str]) -> dict[str, floa
         partial participation, the sampled clients).
 
     Returns:
-      ``{name: value}``: accuracies in [0, 1], losses in nats, ``seconds`` in seconds,
-      ``upload_sent_MB_mean`` in MB; a ``None`` entry (no global model; no train loss or
-      aux mean in a round where no client trained) is left out.
+      ``{name: value}``: :func:`round_figures` (accuracies in [0, 1], losses in nats,
+      ``seconds`` in seconds), ``personal/<mode>``, ``aux/<term>``, ``upload_sent_MB_mean``
+      in MB and the per-client ``Ag_per_client/<client>``, ``train_loss_per_client/<client>``;
+      a ``None`` entry (no global model; no train loss or aux mean in a round where no client
+      trained) is left out.
     """
-    out: dict[str, float] = {}
-    for key in ("Ag", "train_loss", "seconds", "participants"):
-        if row.get(key) is not None:
-            out[key] = row[key]
+    out: dict[str, float] = dict(round_figures(row))
     for mode, value in (row.get("personal") or {}).items():
         out[f"personal/{mode}"] = value
     for name, value in (row.get("aux") or {}).items():
