@@ -132,6 +132,9 @@ class Scene:
     allow_no_test: bool = False
     """True when clients without test examples train and are left out of Ag (cross-device
     table scenes, :func:`build_scene`'s ``allow_no_test``)."""
+    notes: tuple[str, ...] = ()
+    """Lines the reader of the data has for the run's log beyond the sizes (the table scene:
+    the rows without text it left out)."""
 
     @property
     def num_clients(self) -> int:
@@ -179,7 +182,7 @@ def local_vocabularies(train: ClientArrays) -> tuple[np.ndarray, np.ndarray]:
 def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], num_classes: int,
                 max_len: int, vocab_size: int, allow_empty: bool = False,
                 label_names: Sequence | None = None, allow_no_test: bool = False,
-                unseen: Corpus | None = None) -> Scene:
+                unseen: Corpus | None = None, notes: Sequence[str] = ()) -> Scene:
     """Builds a scene exactly as Li et al. 2021, Sec. 5.1.
 
     Each client counts the tokens of its OWN train split (``count_tokens``), the server sums
@@ -198,6 +201,7 @@ def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], n
       label_names: the label value of each class (``num_classes`` of them), or None.
       allow_no_test: keep a client without test examples (it trains; no Ag^k), as
         ``allow_empty`` does for the test split only (cross-device scenes).
+      notes: lines for the run's log (:attr:`Scene.notes`).
       unseen: test examples of clients that never train (:attr:`Scene.unseen`), or None.
 
     Raises:
@@ -229,7 +233,7 @@ def build_scene(name: str, client_corpora: Mapping[str, Mapping[str, Corpus]], n
                  dev=arrays.get("dev"), vocab=vocab, num_classes=num_classes, max_len=max_len,
                  stats=tuple(stats),
                  label_names=None if label_names is None else tuple(label_names),
-                 unseen=held, allow_no_test=allow_no_test)
+                 unseen=held, allow_no_test=allow_no_test, notes=tuple(notes))
 
 
 def check_corpora(client_corpora: Mapping[str, Mapping[str, Corpus]], num_classes: int,

@@ -21,6 +21,8 @@ corpora of the other readers (``{client: {"train": Corpus, "test": Corpus}}``), 
   ``datasets``' ``Dataset.train_test_split(test_size=fraction, seed=seed)`` holds them out,
   or (with a client column) each client's last rows in file order, a time-ordered split when
   the file is in time order (:data:`TEST_SPLITS`).
+* Rows without text (null, empty or blank): refused, naming the row, unless ``empty_text``
+  drops them or keeps them as empty texts (:data:`EMPTY_TEXT`).
 * Cross-device shapes (with a client column): a client without test rows trains and has no
   Ag^k; test rows of a client that has no training rows are the *unseen* clients' rows
   (:attr:`TableCorpora.unseen`, one pooled corpus), evaluated apart.
@@ -56,6 +58,14 @@ per domain) and flwr-datasets' examples' ``train_test_split(test_size=0.2)``."""
 TEST_SPLITS = ("random", "last")
 """Which rows of a client a held-out fraction takes (:func:`read_table`'s ``test_split``):
 random ones, or its last ones in file order."""
+EMPTY_TEXT = ("refuse", "drop", "keep")
+"""What a row without text (null, empty or blank) does (:func:`read_table`'s ``empty_text``):
+``refuse`` the file, naming the row (the default: a missing text is more often a broken
+export than a review); ``drop`` the row (counted and its first lines named in
+:class:`TableCorpora`); ``keep`` it as an empty text, a sequence of padding, as FDU-MTL's
+empty reviews are kept (counted in the corpus's ``num_empty``)."""
+DROPPED_NAMED = 5
+"""How many dropped rows :attr:`TableCorpora.dropped_rows` names."""
 
 
 class TableCorpora(NamedTuple):
@@ -66,11 +76,16 @@ class TableCorpora(NamedTuple):
       label_names: the label value of each class (class c = ``label_names[c]``).
       unseen: the test rows of clients without training rows (a client column only), pooled
         in file order, or None when there are none.
+      num_dropped, dropped_rows: the rows without text that ``empty_text="drop"`` left out.
     """
 
     corpora: dict[str, dict[str, Corpus]]
     label_names: tuple[Any, ...]
     unseen: Corpus | None = None
+    num_dropped: int = 0
+    """Rows without text left out (``empty_text="drop"``), over every file read."""
+    dropped_rows: tuple[str, ...] = ()
+    """The first :data:`DROPPED_NAMED` of them, ``path:line`` (``path: row i`` for Parquet)."""
 
 
 
@@ -102,12 +117,35 @@ def _missing(col: pa.ChunkedArray) -> np.ndarray:
     return np.asarray(gone.to_numpy(zero_copy_only=False), bool)
 
 
-def _check(r: Rows, columns: dict[str, tuple[str, str]]) -> dict[str, pa.ChunkedArray]:
+def _empty_text(r: Rows, column: str, empty_text: str) -> tuple[Rows, int, list[str]]:
+    """``r`` with its rows without text (:func:`_missing`) dropped or kept as ``""``
+    (:data:`EMPTY_TEXT`), the number dropped and where the first ones were; ``refuse``
+    leaves them to :func:`_check`."""
+    if empty_text not in EMPTY_TEXT:
+        raise ValueError(f"--empty-text must be one of {', '.join(EMPTY_TEXT)}, got "
+                         f"{empty_text!r}")
+    if empty_text == "refuse" or column not in r.table.column_names:  # _check names it
+        return r, 0, []
+    col = r.table.column(column)
+    gone = _missing(col)
+    if empty_text == "keep":
+        text = pc.if_else(pa.array(gone), "", col.cast(pa.string()))
+        table = r.table.set_column(r.table.column_names.index(column), column, text)
+        return Rows(table, r.path, r.kind, r.rows), 0, []
+    bad = np.flatnonzero(gone)
+    return r.take(~gone), int(bad.size), [r.where(int(i)) for i in bad[:DROPPED_NAMED]]
+
+
+def _check(r: Rows, columns: dict[str, tuple[str, str]],
+           empty_text: str = "refuse") -> dict[str, pa.ChunkedArray]:
     """The named columns of ``r``; the first row with a missing value in any of them (file
-    order) is an error. ``columns``: ``{role: (column, flag)}``."""
+    order) is an error, but for an empty text kept (``empty_text="keep"``). ``columns``:
+    ``{role: (column, flag)}``."""
     cols = {role: _column(r, name, flag) for role, (name, flag) in columns.items()}
     first = None
     for role, col in cols.items():
+        if role == "text" and empty_text == "keep":
+            continue
         bad = np.flatnonzero(_missing(col))
         if bad.size and (first is None or bad[0] < first[0]):
             first = (bad[0], role)
@@ -180,7 +218,8 @@ def _index(col: pa.ChunkedArray, values: Sequence, r: Rows, column: str, what: s
 
 def _corpus(texts: list[str], labels: np.ndarray, source: str) -> Corpus:
     return Corpus(texts=tuple(texts), labels=np.asarray(labels, np.int32).reshape(len(texts)),
-                  source=source, num_empty=0, num_latin1_lines=0)
+                  source=source, num_empty=sum(not t.split() for t in texts),
+                  num_latin1_lines=0)
 
 
 def check_test_split(split: str | None, client_column: str | None) -> None:
@@ -225,7 +264,7 @@ def read_table(data: str, *, text_column: str, label_column: str,
                alpha: float | None = None,
                beta: float | None = None, seed: int = 0,
                min_partition_size: int = partition_lib.flwr_partition.MIN_PARTITION_SIZE,
-               self_balancing: bool = False) -> TableCorpora:
+               self_balancing: bool = False, empty_text: str = "refuse") -> TableCorpora:
     """Reads a table scene's corpora.
 
     Args:
@@ -246,6 +285,8 @@ def read_table(data: str, *, text_column: str, label_column: str,
         column, how the rows are split into N clients
         (:func:`fedjax_sc.data.partition.partition_clients`; the test split alike).
       seed: the partition seed: partitions and held-out examples.
+      empty_text: what a row without text does, in every file (:data:`EMPTY_TEXT`):
+        ``refuse`` (an error naming it), ``drop`` or ``keep`` (as an empty text).
 
     Returns:
       A :class:`TableCorpora`; labels int32 in ``[0, C)``, C = ``len(label_names)``.
@@ -253,7 +294,8 @@ def read_table(data: str, *, text_column: str, label_column: str,
     Raises:
       ValueError: one line naming file, row and column: an unknown extension, a file pyarrow
         or ``datasets`` cannot read, a missing column (its columns listed) or one named twice,
-        a row without text (null, empty or blank), label, client or split value, a split
+        a row without text (null, empty or blank; with ``empty_text="refuse"``), label,
+        client or split value, an ``empty_text`` not in :data:`EMPTY_TEXT`, a split
         value other than ``train`` / ``test``, a test label absent from the training rows, a
         test label or client of another type than the training rows', ``label_names`` of
         mixed types, one class only, too few rows for ``num_clients`` (a partition), a
@@ -273,7 +315,19 @@ def read_table(data: str, *, text_column: str, label_column: str,
     columns = {"text": (text_column, "--text-column"), "label": (label_column, "--label-column")}
     if client_column is not None:
         columns["client"] = (client_column, "--client-column")
-    main = read_rows(data, text_column)
+    dropped: list[str] = []
+    num_dropped = 0
+
+    def read(spec: str) -> dict[str, Rows]:  # rows without text dropped or kept as ""
+        nonlocal num_dropped
+        parts = {}
+        for name, r in read_rows(spec, text_column).items():
+            parts[name], n, where = _empty_text(r, text_column, empty_text)
+            num_dropped += n
+            dropped.extend(where)
+        return parts
+
+    main = read(data)
     if len(main) > 1 or "" not in main:  # a DatasetDict: its train and test splits
         if "train" not in main:
             raise ValueError(f"{data}: a DatasetDict without a 'train' split (splits: "
@@ -285,12 +339,13 @@ def read_table(data: str, *, text_column: str, label_column: str,
     else:
         train, test = main[""], None
     if split_column is not None:  # every row checked in file order, then split
-        split = _check(train, {**columns, "split": (split_column, "--split-column")})["split"]
+        split = _check(train, {**columns, "split": (split_column, "--split-column")},
+                       empty_text)["split"]
         ids = _index(split, ["train", "test"], train, split_column, "split value",
                      "('train', 'test')")
         train, test = train.take(ids == 0), train.take(ids == 1)
     elif test_data is not None:
-        parts = read_rows(test_data, text_column)
+        parts = read(test_data)
         test = parts.get("", parts.get("test"))
         if test is None:
             raise ValueError(f"{test_data}: a DatasetDict without a 'test' split (splits: "
@@ -299,7 +354,7 @@ def read_table(data: str, *, text_column: str, label_column: str,
     for s, r in splits.items():
         if not r.table.num_rows:
             raise ValueError(f"{r.path}: no {s} rows")
-    cols = {s: _check(r, columns) for s, r in splits.items()}
+    cols = {s: _check(r, columns, empty_text) for s, r in splits.items()}
 
     train_labels = cols["train"]["label"]
     classes = (list(label_names) if label_names is not None
@@ -347,4 +402,5 @@ def read_table(data: str, *, text_column: str, label_column: str,
     elif test_fraction is not None or test_split is not None:
         raise ValueError("--test-fraction and --test-split: the test split is given "
                          "(--test-data, --split-column or a DatasetDict's 'test')")
-    return TableCorpora(corpora, tuple(classes), unseen)
+    return TableCorpora(corpora, tuple(classes), unseen, num_dropped,
+                        tuple(dropped[:DROPPED_NAMED]))

@@ -36,8 +36,9 @@ def invalid_utf8(path: str) -> str | None:
 
 
 def csv_rows(path: str, kind: str):
-    """``(first line, fields)`` of each non-blank CSV record, header first (Python's csv
-    module, only to number the lines that pyarrow reads)."""
+    """``(first line, last line, fields)`` of each non-blank CSV record, header first
+    (Python's csv module, only to number the lines that pyarrow reads; a quoted field may
+    span lines)."""
     limit = csv.field_size_limit()
     csv.field_size_limit(2**31 - 1)
     try:
@@ -49,14 +50,14 @@ def csv_rows(path: str, kind: str):
                 if fields is None:
                     return
                 if fields:  # pyarrow skips blank lines
-                    yield start, fields
+                    yield start, reader.line_num, fields
     finally:
         csv.field_size_limit(limit)
 
 
 def csv_line(path: str, row: int, kind: str) -> int:
     """The 1-based line where data row ``row`` of a CSV file starts."""
-    for k, (line, _) in enumerate(csv_rows(path, kind)):
+    for k, (line, _, _) in enumerate(csv_rows(path, kind)):
         if k == row + 1:
             return line
     return 0
@@ -90,15 +91,37 @@ def _read_error_line(path: str, kind: str, message: str) -> str:
             return bad
     if kind in ("csv", "tsv") and "columns" in message:
         rows = csv_rows(path, kind)
-        header = next(rows, (0, []))[1]
-        for line, fields in rows:
+        header = next(rows, (0, 0, []))[2]
+        for line, last, fields in rows:
             if len(fields) != len(header):
+                if last > line and next(rows, None) is None:  # one field ate the file
+                    return (f"{path}:{line}: a quote opened on this line is never closed, so "
+                            f"lines {line}-{last} (the rest of the file) read as one record "
+                            f"({len(fields)} of the header's {len(header)} fields); close the "
+                            f"quote, or double a quote inside a field (\"\")")
+                spans = f" (lines {line}-{last}: a quoted field runs over them)" * (last > line)
                 return (f"{path}:{line}: {len(fields)} fields where the header has "
-                        f"{len(header)} (pyarrow: {message})")
+                        f"{len(header)}{spans} (pyarrow: {message})")
     line = json_bad_line(path, message) if kind == "json" else None
     if line is not None:  # pyarrow's row is counted within a block: left out
-        return f"{path}:{line}: {re.sub(r' in row [0-9]+', '', message)}"
+        return f"{path}:{line}: {re.sub(r' in row [0-9]+', '', message)}{_json_cause(path, line)}"
     return f"{path}: not a readable {kind} file (pyarrow: {message})"
+
+
+def _json_cause(path: str, line: int) -> str:
+    """Why JSON line ``line`` is not a JSON object, in Python's words, or ``""`` when it is one
+    (pyarrow's complaint is then about a value's type)."""
+    with open_text(path) as f:
+        text = next((t for k, t in enumerate(f, start=1) if k == line), "").rstrip("\r\n")
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        cut = getattr(e, "pos", 0) >= len(text.rstrip())  # the line ended mid-object
+        return (f" (Python's json: {getattr(e, 'msg', e)} at column {getattr(e, 'colno', '?')}"
+                + ("; the line ends before its object is closed: cut short, or an object "
+                   "spread over several lines? JSON lines holds one object a line" if cut
+                   else "") + ")")
+    return "" if isinstance(obj, dict) else f" (a JSON {type(obj).__name__}, not an object)"
 
 
 def json_bad_line(path: str, message: str) -> int | None:

@@ -82,6 +82,8 @@ class TrainConfig:
         ``partition_seed`` (default 0.2: FDU-MTL's 400 of 2,000 reviews per domain).
       test_split: table without a test split: which rows are held out, ``random`` (default)
         or each client's ``last`` rows in file order (needs ``client_column``).
+      empty_text: table: what a row without text does, ``refuse`` (default: an error naming
+        it), ``drop`` or ``keep`` as an empty text (:data:`fedjax_sc.data.table.EMPTY_TEXT`).
       label_names: table: the label value of each class, filled from the data when a run is
         written (the labels' distinct values, sorted); set, it fixes the classes and order.
       tokenizer: table: ``basic`` (default), ``whitespace`` or a ``tokenizer.json``
@@ -221,6 +223,7 @@ class TrainConfig:
     split_column: str | None = None
     test_fraction: float | None = None
     test_split: str | None = None
+    empty_text: str | None = None
     label_names: tuple | None = None
     tokenizer: str | None = None
     min_partition_size: int = flwr_partition.MIN_PARTITION_SIZE

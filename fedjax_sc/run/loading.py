@@ -54,12 +54,14 @@ def load_scene(c: TrainConfig) -> scenes.Scene:
     ``c.synthetic_train``; every client ``c.synthetic_test`` test rows, so it is no
     cross-device scene, :func:`fedjax_sc.run.cross_device.applies`)."""
     if c.scene == "table":
-        corpora, label_names, unseen = table_scene.load(c)
+        got = table_scene.load(c)
         name = "table" if c.partition == "natural" else f"table-{c.partition}"
-        return scenes.build_scene(name, corpora, num_classes=len(label_names),
+        return scenes.build_scene(name, got.corpora, num_classes=len(got.label_names),
                                   max_len=c.max_len, vocab_size=c.vocab_size,
-                                  allow_empty=c.allow_empty_clients, label_names=label_names,
-                                  allow_no_test=c.client_column is not None, unseen=unseen)
+                                  allow_empty=c.allow_empty_clients,
+                                  label_names=got.label_names,
+                                  allow_no_test=c.client_column is not None, unseen=got.unseen,
+                                  notes=table_scene.notes(got))
     if c.scene == "fdu":
         corpora = read_fdu(c.data_dir, domains=c.domains or FDU_DOMAINS,
                            dev_holdout=c.dev_holdout)
@@ -128,8 +130,8 @@ def load(c: TrainConfig, mesh: jax.sharding.Mesh, checked: processes.Agreement,
     if scene.label_names is not None:  # the classes the data's labels made
         names = ", ".join(map(str, scene.label_names[:8]))
         log(f"{scene.num_classes} classes: {names}{', ...' if scene.num_classes > 8 else ''}")
-    if note:
-        log(note)
+    for line in (*scene.notes, *([note] if note else [])):
+        log(line)
     latin1 = {st["client"]: st["n_latin1_lines"] for st in scene.stats if st["n_latin1_lines"]}
     if latin1:
         log("lines not valid UTF-8, decoded as latin-1: "
@@ -169,17 +171,20 @@ def _load(c: TrainConfig, mesh, checked) -> tuple[scenes.Scene, dict | None, str
                                      f"{c.partition}: only fdu and table with --client-column, "
                                      f"natural partition, load a share)")
     names = label_names = corpora = unseen = None
+    notes: tuple[str, ...] = ()
     if fdu:
         names = tuple(c.domains or FDU_DOMAINS)
     else:
-        corpora, label_names, unseen = table_scene.load(c)
+        got = table_scene.load(c)
+        corpora, label_names, unseen, notes = (got.corpora, got.label_names, got.unseen,
+                                               table_scene.notes(got))
         names = tuple(corpora)
     spans = _spans(mesh, len(names))
     if spans is None:
         scene = (load_scene(c) if corpora is None else scenes.build_scene(
             "table", corpora, num_classes=len(label_names), max_len=c.max_len,
             vocab_size=c.vocab_size, allow_empty=c.allow_empty_clients,
-            label_names=label_names, allow_no_test=True, unseen=unseen))
+            label_names=label_names, allow_no_test=True, unseen=unseen, notes=notes))
         return scene, None, (f"{everyone}: its devices hold every client, or some process's "
                              f"devices hold padding clients only")
     first, stop = spans[jax.process_index()]
@@ -226,7 +231,7 @@ def _load(c: TrainConfig, mesh, checked) -> tuple[scenes.Scene, dict | None, str
         name=c.scene, client_names=names, train=arrays["train"], test=arrays["test"],
         dev=arrays.get("dev"), vocab=vocab, num_classes=num_classes, max_len=c.max_len,
         stats=tuple(every), label_names=None if label_names is None else tuple(label_names),
-        share=(first, stop), allow_no_test=not fdu,
+        share=(first, stop), allow_no_test=not fdu, notes=notes,
         unseen=None if not unseen else scenes.ClientArrays.stack(
             [vocab.encode(unseen.texts, c.max_len)], [unseen.labels], c.max_len))
     note = (f"each process loads only the clients of its devices (process 0: clients "

@@ -208,6 +208,10 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
         o.add_argument("--test-split", metavar="{random,last}", help="which rows "
                        "--test-fraction holds out: random ones (default) or each client's "
                        "last ones in file order, a time-ordered split (needs --client-column)")
+        o.add_argument("--empty-text", metavar="{refuse,drop,keep}", help="a row without "
+                       "text (null, empty or blank): refuse the file naming the row (default), "
+                       "drop the row (the log counts them and names the first lines) or keep it "
+                       "as an empty text (as FDU-MTL's empty reviews)")
         o.add_argument("--tokenizer", metavar="T", help="how texts become words: basic "
                        "(default: lower-cased, Unicode-normalised, punctuation and clitics split "
                        "as GloVe's words: don't -> do n't), whitespace (pre-tokenised texts) or "

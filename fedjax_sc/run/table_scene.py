@@ -15,7 +15,7 @@ from typing import Any
 from fedjax_sc.run.plumbing.flags import flag
 
 FIELDS = ("data", "test_data", "text_column", "label_column", "client_column", "split_column",
-          "test_fraction", "test_split", "label_names", "tokenizer")
+          "test_fraction", "test_split", "empty_text", "label_names", "tokenizer")
 """The fields that only ``--scene table`` takes."""
 OLD_TOKENIZER = "whitespace"
 """The tokeniser of a table run whose ``config.json`` has no ``tokenizer``: the only one
@@ -49,10 +49,11 @@ def saved_defaults(saved: dict[str, Any]) -> dict[str, Any]:
     """The values of the fields that a saved ``config.json`` lacks and that its version did
     not take from :class:`~fedjax_sc.run.config.TrainConfig`'s defaults, for a table run
     written before the flag existed: ``tokenizer`` :data:`OLD_TOKENIZER`; ``test_split``
-    ``random`` where a fraction was held out (the only split then)."""
+    ``random`` where a fraction was held out (the only split then); ``empty_text``
+    ``refuse`` (the only behaviour then)."""
     if saved.get("scene") != "table":
         return {}
-    old = {"tokenizer": OLD_TOKENIZER}
+    old = {"tokenizer": OLD_TOKENIZER, "empty_text": "refuse"}
     if saved.get("test_fraction") is not None:
         old["test_split"] = "random"
     return {k: v for k, v in old.items() if k not in saved}
@@ -82,7 +83,8 @@ def check(c: Any) -> dict[str, Any]:
     resolved; ``tokenizer`` :data:`fedjax_sc.data.tokenize.DEFAULT` when unset;
     ``test_fraction`` filled with :data:`fedjax_sc.data.table.DEFAULT_TEST_FRACTION` and
     ``test_split`` with ``random`` where no test split is named: no ``test_data``,
-    ``split_column`` or folder that may hold a DatasetDict's ``test``).
+    ``split_column`` or folder that may hold a DatasetDict's ``test``; ``empty_text`` with
+    ``refuse`` when unset).
 
     Raises:
       MissingPyarrowError: ``--scene table`` without pyarrow; MissingTokenizersError:
@@ -92,8 +94,9 @@ def check(c: Any) -> dict[str, Any]:
         ``--data``, ``--text-column`` or ``--label-column``, ``--data-dir``, ``--domains`` or
         ``--dev-holdout``, a client column with a partition other than natural or none
         without one, two test splits, a test fraction outside (0, 1), a ``test_split`` not in
-        :data:`fedjax_sc.data.table.TEST_SPLITS` or ``last`` without a client column, a
-        tokenizer.json that ``tokenizers`` cannot read.
+        :data:`fedjax_sc.data.table.TEST_SPLITS` or ``last`` without a client column, an
+        ``empty_text`` not in :data:`fedjax_sc.data.table.EMPTY_TEXT`, a tokenizer.json that
+        ``tokenizers`` cannot read.
     """
     if c.scene != "table":
         given = [f for f in FIELDS if getattr(c, f) is not None]
@@ -127,7 +130,12 @@ def check(c: Any) -> dict[str, Any]:
             raise ValueError(f"--test-fraction must lie in (0, 1), got {fraction}")
         _table().check_test_split(split, c.client_column)
         split = "random" if split is None and fraction is not None else split
+    empty = "refuse" if c.empty_text is None else c.empty_text
+    if empty not in _table().EMPTY_TEXT:
+        raise ValueError(f"--empty-text must be one of {', '.join(_table().EMPTY_TEXT)}, got "
+                         f"{empty!r}")
     return {"data": _resolve(c.data), "test_fraction": fraction, "test_split": split,
+            "empty_text": empty,
             "test_data": None if c.test_data is None else _resolve(c.test_data),
             "tokenizer": _tokenizer(c.tokenizer)}
 
@@ -143,7 +151,7 @@ def load(c: Any):
         test_fraction=c.test_fraction, test_split=c.test_split, label_names=c.label_names,
         partition=c.partition, num_clients=c.num_clients, alpha=c.alpha, beta=c.beta,
         seed=c.partition_seed, min_partition_size=c.min_partition_size,
-        self_balancing=c.self_balancing)
+        self_balancing=c.self_balancing, empty_text=c.empty_text or "refuse")
     if c.tokenizer == OLD_TOKENIZER:
         return got
     words = _tokenize().tokenizer(c.tokenizer)
@@ -171,3 +179,22 @@ def files(c: Any) -> list[Path]:
     if c.tokenizer is not None and c.tokenizer not in _tokenize().TOKENIZERS:
         out.append(Path(c.tokenizer))
     return out
+
+
+def notes(got: Any) -> tuple[str, ...]:
+    """What the run's log says of a :class:`~fedjax_sc.data.table.TableCorpora` (as
+    :func:`load` returns it) beyond its sizes: the rows ``--empty-text drop`` left out,
+    counted and the first ones named; the rows left without a word (``--empty-text keep``, or
+    a text the tokenizer makes nothing of), which train and test as all-padding sequences."""
+    out = []
+    if got.num_dropped:
+        more = got.num_dropped - len(got.dropped_rows)
+        out.append(f"--empty-text drop: {got.num_dropped:,} rows without text left out ("
+                   + ", ".join(got.dropped_rows) + (f", and {more:,} more" if more else "")
+                   + ")")
+    corpora = [c for parts in got.corpora.values() for c in parts.values()]
+    empty = sum(c.num_empty for c in corpora + ([got.unseen] if got.unseen else []))
+    if empty:
+        out.append(f"{empty:,} rows without a word (an empty text kept, or one the tokenizer "
+                   f"makes nothing of): each an all-padding sequence")
+    return tuple(out)

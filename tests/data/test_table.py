@@ -228,12 +228,39 @@ CSV = ("text,label,domain\n"
     ("words,neg,a\n", {"text_column": "body"},
      r"d\.csv: no column 'body' \(--text-column\); its columns: text, label, domain"),
     ("words,neg,a,extra\n", {}, r"d\.csv:7: 4 fields where the header has 3"),
+    ("\"words,neg,a\nmore,pos,b\n", {},
+     r"d\.csv:7: a quote opened on this line is never closed, so lines 7-8 \(the rest of the "
+     r"file\) read as one record \(1 of the header's 3 fields\)"),
 ])
 def test_bad_csv_names_file_line_and_column(tmp_path, row, kw, match):
     path = tmp_path / "d.csv"
     path.write_text(CSV.format(row="b text") + row)
     with pytest.raises(ValueError, match=match):
         read(path, test_fraction=0.5, **kw)
+
+
+@pytest.mark.parametrize("ext", ["csv", "jsonl", "parquet"])
+def test_rows_without_text_dropped_or_kept_on_request(tmp_path, ext):
+    data = rows(12)
+    for i in (3, 8):
+        data[i]["text"] = "  " if i == 3 else None
+    path = write(tmp_path / f"d.{ext}", data)
+    with pytest.raises(ValueError, match="no text"):
+        read(path, test_fraction=0.25)
+    whole = read(path, test_fraction=0.25, empty_text="keep")
+    dropped = read(path, test_fraction=0.25, empty_text="drop")
+    count = lambda got: sum(len(c) for parts in got.corpora.values()  # noqa: E731
+                            for c in parts.values())
+    assert (count(whole), count(dropped)) == (12, 10)
+    assert sum(c.num_empty for parts in whole.corpora.values() for c in parts.values()) == 2
+    assert whole.num_dropped == 0 and dropped.num_dropped == 2
+    where = ([f"d.{ext}:5", f"d.{ext}:10"] if ext == "csv" else [f"d.{ext}:4", f"d.{ext}:9"]
+             if ext == "jsonl" else [f"d.{ext}: row 3", f"d.{ext}: row 8"])
+    assert [w.rpartition("/")[2] for w in dropped.dropped_rows] == where
+    kept = {t for parts in dropped.corpora.values() for c in parts.values() for t in c.texts}
+    assert kept == {r["text"] for r in data if r["text"] and r["text"].strip()}
+    with pytest.raises(ValueError, match="--empty-text must be one of refuse, drop, keep"):
+        read(path, empty_text="skip")
 
 
 def test_bad_jsonl_and_parquet_name_line_or_row(tmp_path):
@@ -245,6 +272,17 @@ def test_bad_jsonl_and_parquet_name_line_or_row(tmp_path):
     path.write_text('{"text": "a", "label": 1, "domain": "x"}\n'
                     '{"text": "b", "label": "one", "domain": "x"}\n')
     with pytest.raises(ValueError, match=r"d\.jsonl:2: .*Column\(/label\) changed"):
+        read(path)
+    path.write_text('{"text": "a", "label": 1, "domain": "x"}\n'
+                    '{"text": "b", "label": 0, "domain": "x"\n'  # cut short
+                    '{"text": "c", "label": 0 "domain": "x"}\n')
+    with pytest.raises(ValueError, match=r"d\.jsonl:2: .*Python's json: Expecting ',' delimiter "
+                       r"at column 40; the line ends before its object is closed"):
+        read(path)
+    path.write_text('{"text": "a", "label": 1, "domain": "x"}\n'
+                    '{"text": "c", "label": 0 "domain": "x"}\n')  # a comma missing
+    with pytest.raises(ValueError, match=r"d\.jsonl:2: .*\(Python's json: Expecting ',' "
+                       r"delimiter at column 26\)$"):
         read(path)
     data = rows(6)
     data[4]["text"] = ""

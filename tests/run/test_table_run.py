@@ -62,6 +62,28 @@ def test_train_table_bad_input_is_one_line(tmp_path, capsys):
     assert "--text-column applies to --scene table only" in capsys.readouterr().err
 
 
+def test_empty_text_drop_and_keep_through_the_cli(tmp_path, capsys):
+    data = _csv(tmp_path / "d.csv")
+    with data.open("a") as f:
+        f.write(",pos,u0\n\"  \",neg,u1\n")  # lines 26 and 27: no text
+    base = ["train", "--scene", "table", "--data", str(data), "--text-column", "text",
+            "--label-column", "label", "--client-column", "user", *SMALL]
+    assert cli.main([*base, "--out", str(tmp_path / "refused")]) == 1
+    assert f"{data}:26: column 'text': no text" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
+    assert cli.main([*base, "--out", str(tmp_path / "drop"), "--empty-text", "drop"]) == 0
+    out = capsys.readouterr().out
+    assert (f"--empty-text drop: 2 rows without text left out ({data}:26, {data}:27)"
+            in out) and "N = 18 train / 6 test" in out and "without a word" not in out
+    assert json.loads((tmp_path / "drop" / "config.json").read_text())["empty_text"] == "drop"
+    assert cli.main([*base, "--out", str(tmp_path / "keep"), "--empty-text", "keep"]) == 0
+    out = capsys.readouterr().out
+    assert "N = 20 train / 6 test" in out and "2 rows without a word" in out
+    assert cli.main([*base, "--out", str(tmp_path / "x"), "--empty-text", "skip"]) == 1
+    assert capsys.readouterr().err.strip() == ("fedjax-sc: error: --empty-text must be one of "
+                                               "refuse, drop, keep, got 'skip'")
+
+
 def test_cross_device_table_trains_clients_without_test_rows(tmp_path, capsys, monkeypatch):
     """One-review users train with no test row (no Ag^k), test-only users are Ag_unseen (the
     final global model's accuracy on exactly their rows), and sampled rounds pad to the

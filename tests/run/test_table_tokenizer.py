@@ -64,9 +64,10 @@ def test_a_config_json_without_tokenizer_reruns_with_whitespace(tmp_path):
     c = _table(tmp_path, partition="iid", num_clients=1).resolved()
     saved = json.loads(json.dumps(dataclasses.asdict(c)))
     assert config_from_json(saved).tokenizer == "basic"
-    old = {k: v for k, v in saved.items() if k != "tokenizer"}
+    old = {k: v for k, v in saved.items() if k not in ("tokenizer", "empty_text")}
     again = config_from_json(old)
     assert again.tokenizer == "whitespace" and _texts(again) == sorted(TEXTS)
+    assert again.empty_text == "refuse"  # the only behaviour before --empty-text
     assert config_diff(old, again) == {}
     assert config_diff(old, c) == {"tokenizer": ("whitespace", "basic")}
     path = tmp_path / "config.json"
