@@ -28,8 +28,11 @@ that the table scene's tokeniser finds GloVe's words in raw text (docs/data.md):
     python examples/fdu_as_table.py --domains books dvd electronics kitchen_housewares \\
         --detokenize --csv /tmp/fdu4-raw.csv
 
-The table scene refuses a review without text: sports_outdoors holds one (line 1121 of its
-train file), so that domain cannot be exported as it is; the default exports the other 15.
+The table scene refuses a review without text unless ``--empty-text`` says what to do with
+it: sports_outdoors holds one (line 1121 of its train file), which ``--scene fdu`` keeps as an
+all-padding sequence. The CSV is read back with ``empty_text="keep"``, which does the same, so
+all 16 domains come back as ``read_fdu`` gives them; train on such a CSV with
+``--empty-text keep`` (or ``drop``, which leaves that one review out and names its line).
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu
 from fedjax_sc.data.table import read_table
 
 EMPTY_REVIEW = "sports_outdoors"
-"""The domain whose training file holds a review without text (line 1121)."""
+"""The domain whose training file holds a review without text (line 1121): read back with
+``empty_text="keep"``, as ``read_fdu`` keeps it."""
 
 _CLITIC = {"ca": "can't", "wo": "won't"}
 
@@ -86,7 +90,7 @@ def export(data_dir: str, domains: list[str], path: str, detokenized: bool = Fal
             columns["split"] += [split] * len(c)
     pyarrow.csv.write_csv(pa.table(columns), path)
     back = read_table(path, text_column="text", label_column="label", client_column="domain",
-                      split_column="split")
+                      split_column="split", empty_text="keep")
     assert back.label_names == (0, 1), back.label_names
     assert sorted(back.corpora) == sorted(domains), list(back.corpora)
     for domain, parts in corpora.items():
@@ -94,15 +98,16 @@ def export(data_dir: str, domains: list[str], path: str, detokenized: bool = Fal
             got, want = back.corpora[domain][split], parts[split]
             assert got.texts == want.texts, (domain, split)
             assert (got.labels == want.labels).all(), (domain, split)
+            assert got.num_empty == want.num_empty, (domain, split)
     return len(columns["text"])
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", default="../shared/data/fdu-mtl")
-    p.add_argument("--domains", nargs="+", default=[d for d in FDU_DOMAINS if d != EMPTY_REVIEW],
-                   help=f"the domains to export (default: all but {EMPTY_REVIEW}, whose empty "
-                   f"review the table scene refuses)")
+    p.add_argument("--domains", nargs="+", default=list(FDU_DOMAINS),
+                   help=f"the domains to export (default: all 16; {EMPTY_REVIEW}'s empty review "
+                   f"needs --empty-text keep or drop to train)")
     p.add_argument("--csv", required=True, help="the CSV to write (outside the repository)")
     p.add_argument("--detokenize", action="store_true", help="write the texts as raw review "
                    "text (needs sacremoses)")

@@ -189,12 +189,14 @@ def notes(got: Any) -> tuple[str, ...]:
     out = []
     if got.num_dropped:
         more = got.num_dropped - len(got.dropped_rows)
-        out.append(f"--empty-text drop: {got.num_dropped:,} rows without text left out ("
+        rows = "row" if got.num_dropped == 1 else "rows"
+        out.append(f"--empty-text drop: {got.num_dropped:,} {rows} without text left out ("
                    + ", ".join(got.dropped_rows) + (f", and {more:,} more" if more else "")
                    + ")")
     corpora = [c for parts in got.corpora.values() for c in parts.values()]
     empty = sum(c.num_empty for c in corpora + ([got.unseen] if got.unseen else []))
     if empty:
-        out.append(f"{empty:,} rows without a word (an empty text kept, or one the tokenizer "
+        out.append(f"{empty:,} {'row' if empty == 1 else 'rows'} without a word (an empty "
+                   f"text kept, or one the tokenizer "
                    f"makes nothing of): each an all-padding sequence")
     return tuple(out)
