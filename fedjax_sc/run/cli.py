@@ -209,6 +209,7 @@ def _train(args: dict, given: set[str]) -> None:
     """One run, or with --seeds / --grid a population of runs under --out
     (:func:`fedjax_sc.run.api.train`, which ``fsc.train`` is too); ``given``: the options
     on the command line (a flag that a --grid varies is refused, not dropped)."""
+    from fedjax_sc.algorithms.context import is_spec
     from fedjax_sc.run import api, members
     from fedjax_sc.run.plumbing.option_table import refuse_unread
     seeds, specs, mesh = args.pop("seeds"), args.pop("grid"), args.pop("mesh")
@@ -218,7 +219,7 @@ def _train(args: dict, given: set[str]) -> None:
                         else set())
     # a flag or a grid name that the algorithm does not read is refused, not dropped (the
     # Python API lets a loop share one settings dict between algorithms)
-    named = given | {s.split("=", 1)[0].strip() for s in specs or ()}
+    named = given | set(members.parse_grid(specs, own=is_spec(args["algorithm"])))
     refuse_unread(args["algorithm"], named)
     lone = sorted(named & {"server_lr", "server_momentum", "server_tau"})
     if lone and args.get("server_opt") is None:

@@ -116,6 +116,7 @@ def test_a_built_in_algorithm_refuses_options(tmp_path, capsys):
     ("arch_c", ["--lambda-div", "0.5"], "--lambda-div is not read by --algorithm arch_c "
      "(only by kteps, kteps_star)"),
     ("fedavg", ["--grid", "moon_mu=1,5"], "--moon-mu is not read by --algorithm fedavg"),
+    ("fedavg", ["--grid", "moon-mu=1,5"], "--moon-mu is not read by --algorithm fedavg"),
     ("SPEC", ["--temperature", "2"], "--temperature is not read by --algorithm "),
     ("fedavg", ["--server-lr", "0.5"], "--server-lr is read only with --server-opt"),
     ("fedavg", ["--grid", "server_momentum=0.5,0.9"], "--server-momentum is read only with "
