@@ -123,8 +123,7 @@ def train_runs(algorithm: str | Callable[..., Any], explicit: set[str], *, out: 
             config = _copied_from(Path(from_run), [config])[0]
         (config,), fresh = members.restart_unsaved([config])
         if fresh:  # round 1 never completed (a failed first compile, a crash): nothing lost
-            log(f"--resume: {config.out} holds no checkpoint (round 1 never completed): "
-                f"trained from round 0 again")
+            log(members.restart_note([str(config.out)]))
         return (train_one(config, log=log) if mesh is None
                 else train_one(config, log=log, mesh=mesh))
     configs = members.expand(config, None if seeds is None else [int(s) for s in seeds],
@@ -209,9 +208,8 @@ def _train_in_parts(configs: list[Any], restarted: list[int], lead: list[int | N
         rundir.check_out_dir(Path(configs[i].out), dataclasses.replace(configs[i],
                                                                         resume=False))
     if fresh and processes.primary():
-        print(f"fedjax-sc: --resume: {', '.join(Path(configs[i].out).name for i in fresh)} "
-              f"{'holds' if len(fresh) == 1 else 'hold'} no checkpoint (never completed round "
-              f"1): trained again from round 0; the other members resume and keep their files",
+        print("fedjax-sc: " + members.restart_note([Path(configs[i].out).name for i in fresh],
+                                                   population=True),
               file=sys.stderr, flush=True)
     for i in sharers:
         log(f"{Path(configs[i].out).name}: trains as {Path(configs[lead[i]].out).name} does "

@@ -245,6 +245,15 @@ def _settings_key(c: TrainConfig, skip: set[str], *extra: Any, traced: bool = Fa
     return json.dumps([fields, *extra], sort_keys=True, default=str)
 
 
+def restart_note(folders: Sequence[str], population: bool = False) -> str:
+    """The one line that says :func:`restart_unsaved` started ``folders`` afresh (their names;
+    ``population``: the other members resume)."""
+    names = ", ".join(folders)
+    return (f"--resume: {names} {'holds' if len(folders) == 1 else 'hold'} no checkpoint "
+            f"(round 1 never completed): trained again from round 0"
+            + ("; the other members resume and keep their files" if population else ""))
+
+
 def restart_unsaved(configs: Sequence[TrainConfig]) -> tuple[list[TrainConfig], list[int]]:
     """``--resume``: each run whose folder holds its configuration but nothing it trained
     (:func:`fedjax_sc.run.rundir.never_trained`: it never completed round 1, e.g. it diverged
