@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("table", choices=TABLES)
     train_arguments(q, grid=True)
     processes.add_arguments(q)
+    for action in q._actions:  # reproduce's own default (set_defaults below)
+        if action.dest == "embeddings":
+            action.help += " (default: glove-6b-50d; random on the synthetic scene)"
     q.add_argument("--seeds", type=int, help="number of seeds S..S+N-1, S = --first-seed "
                    "(default: 1 with --quick, else 3)")
     q.add_argument("--first-seed", type=int, default=0, metavar="S",
@@ -103,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--status", action="store_true",
                    help="train nothing: print each run's state in the store (finished, its "
                    "last round, not started) and the runs not finished, for --methods")
-    q.set_defaults(out=None, data_dir=None, embeddings="glove-6b-50d")
+    q.set_defaults(out=None, data_dir=None, embeddings=None)  # by scene, in _reproduce
     x = sub.add_parser(
         "results", help="results as data: export a store's runs (small files only) into "
         "results/, or regenerate a table and its figure from results/ alone; hits: write "
@@ -119,7 +122,8 @@ def _parser() -> argparse.ArgumentParser:
                    "per-client metrics as one tidy CSV (run, seed, then one column per grid "
                    "setting of a population, phase, round, t, client, metric, value; for "
                    "pandas)")
-    x.add_argument("--table", choices=TABLES, help="the table (required but with --csv)")
+    x.add_argument("--table", choices=TABLES, help="export (without --csv) and render: the "
+                   "table")
     x.add_argument("--scene", default="fdu", help="the scene whose tables are meant")
     x.add_argument("--dest", default="results", help="the results folder")
     x.add_argument("--store", help="export: the results store of fedjax-sc reproduce --out")
@@ -257,8 +261,8 @@ def _reproduce(args: dict) -> None:
         if not (Path(args["data_dir"]) / "apparel.task.train").is_file():
             raise FileNotFoundError(f"FDU-MTL corpus not found in {args['data_dir']}: pass "
                                     f"--data-dir or set FEDJAX_SC_FDU_DIR")
-    if args["scene"] == "synthetic" and args["embeddings"] == "glove-6b-50d":
-        args["embeddings"] = "random"  # the synthetic scene's words are not English
+    if args["embeddings"] is None:  # the synthetic scene's words are not English
+        args["embeddings"] = "random" if args["scene"] == "synthetic" else "glove-6b-50d"
     text = reproduce(table, TrainConfig(**args), out, list(range(first, first + seeds)),
                      plots=plots, methods=methods, d1s=d1s, fractions=fractions,
                      population_size=size, status=status)

@@ -191,7 +191,8 @@ class TrainConfig:
         (discarded, as FedAvg's handling in the FedProx paper).
       aggregation: ``mean`` (N^k-weighted, FedAvg) or ``fednova`` (normalised averaging,
         Wang et al. 2020, for unequal local work).
-      dev_holdout: hold out the last 200 lines of each ``.task.train`` (not used by the paper).
+      dev_holdout: fdu and iyy: hold out a dev split of each training file, FDU-MTL's last 200
+        lines of each ``.task.train``, IYY's last tenth (not used by the paper).
       allow_empty_clients: keep a client whose train or test file has no example (it trains
         nothing, or is left out of the averages and shown as n/a); False refuses it, naming
         the file.
@@ -361,6 +362,10 @@ class TrainConfig:
             raise ValueError("--resume and --overwrite exclude each other")
         if self.domains is not None and self.scene != "fdu":
             raise ValueError("--domains applies to --scene fdu only")
+        if self.scene == "synthetic" and (self.data_dir is not None or self.dev_holdout):
+            given = "--data-dir" if self.data_dir is not None else "--dev-holdout"
+            raise ValueError(f"{given} applies to --scene fdu and iyy; the synthetic scene "
+                             f"makes its reviews")
         if self.scene in ("fdu", "iyy") and not self.data_dir:
             raise ValueError(f"--scene {self.scene} needs --data-dir")
         if self.domains is not None:

@@ -96,7 +96,8 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="--lr over the rounds: constant, cosine (to 0 over --rounds), "
                    "step:EVERY:FACTOR or exponential:FACTOR (optax schedules); the Ap phase's "
                    "mu multiplies the initial --lr (default: %(default)s)")
-    generated(t.add_argument_group("KTEPS loss (Eq. 7-9; kteps and arch_a/b/c)"), "kteps")
+    generated(t.add_argument_group("KTEPS loss (Eq. 7-9; kteps, kteps_star and arch_a/b/c)"),
+              "kteps")
     u = t.add_argument_group("upload privacy and compression (KTEPS*, Alg. 1; any algorithm)")
     if not grid:
         u.add_argument("--pca-band", type=int, nargs=2, metavar=("D1", "D2"),
@@ -237,7 +238,7 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     a.add_argument("--ap-lr-mult", type=float, default=default("ap_lr_mult"),
                    help="mu: fine-tuning learning rate = mu * --lr")
     a.add_argument("--ap-mode", help="inference mode of Ap: s, p or sp for two-branch "
-                   "models (default: the algorithm's: sp for kteps/arch_*/pfl_da, full "
+                   "models (default: the algorithm's: sp for kteps/kteps_star/arch_*/pfl_da, full "
                    "otherwise)")
     t.add_argument("--seed", type=int, default=default("seed"),
                    help="the seed of the initial model, the data order and the noise")
@@ -266,7 +267,8 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
     t.add_argument("--domains", nargs="+", help="fdu: the domains to use as clients "
                    "(default: all 16)")
     t.add_argument("--dev-holdout", action="store_true",
-                   help="hold out the last 200 lines of each train file as dev")
+                   help="fdu and iyy: hold out a dev split of each train file, FDU-MTL's "
+                   "last 200 lines, IYY's last tenth (not used by the paper)")
     t.add_argument("--allow-empty-clients", action="store_true",
                    help="keep a client whose train or test file has no example (it trains "
                    "nothing, or is left out of the averages and shown as n/a); by default "

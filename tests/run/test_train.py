@@ -158,6 +158,12 @@ def test_cli_train_and_errors(tmp_path, capsys):
     assert "already holds a run" in capsys.readouterr().err
     assert cli.main(["train", "--scene", "fdu", "--out", str(tmp_path / "x")]) == 1
     assert "--data-dir" in capsys.readouterr().err
+    for flags in (["--data-dir", str(tmp_path)], ["--dev-holdout"]):  # not silently ignored
+        assert cli.main(["train", *flags, "--out", str(tmp_path / "x")]) == 1
+        assert capsys.readouterr().err.strip() == (
+            f"fedjax-sc: error: {flags[0]} applies to --scene fdu and iyy; the synthetic "
+            f"scene makes its reviews")
+    assert not (tmp_path / "x").exists()
 
 
 def test_ctrl_c_ends_with_one_line_naming_the_saved_round_and_exit_130(tmp_path, capsys,
