@@ -63,15 +63,21 @@ def prepare(cs: list[TrainConfig], scene: scenes.Scene, files: list[Path], state
                 log(note)
     checked.reached()  # every process: nothing was changed before this point
     found = []  # (round, states) of each resumed member's newest intact checkpoint
+    for i, m in enumerate(cs):  # every member verified before any file is removed
+        out = Path(m.out)
+        if m.resume:
+            found.append(newest_verified(manager(out), population.member(state, i),
+                                         population.member(client_states, i), log))
+            if found[-1] is None:
+                fix = ("start afresh with --overwrite" if len(cs) == 1 else
+                       f"the other members' folders are as they were; start this one afresh "
+                       f"with fedjax-sc train --config {out / 'config.json'} --overwrite, "
+                       f"then resume the population")
+                raise CheckpointError(f"--resume: no checkpoint in {out / 'checkpoints'} "
+                                      f"restores intact (moved to corrupt-checkpoints/); {fix}")
     for m in cs:
         out = Path(m.out)
         if m.resume:
-            found.append(newest_verified(manager(out), population.member(state, len(found)),
-                                         population.member(client_states, len(found)), log))
-            if found[-1] is None:
-                raise CheckpointError(f"--resume: no checkpoint in {out / 'checkpoints'} "
-                                      f"restores intact (moved to corrupt-checkpoints/); start "
-                                      f"afresh with --overwrite")
             for name in ("report.json", "report.md", "test_hits.json"):  # rewritten at the end
                 rundir.remove_file(out / name)
         elif m.overwrite and rundir.run_files(out):  # the new inputs are all checked

@@ -203,7 +203,7 @@ def newest_verified(ckpt: ocp.CheckpointManager, state: ServerState,
     """The newest checkpoint that restores and verifies, and its states; None if none does.
 
     A checkpoint that fails is moved (never deleted) to ``corrupt-checkpoints/<round>`` beside
-    the ``checkpoints`` folder (by process 0 of several), with a one-line warning naming it,
+    the ``checkpoints`` folder (``<round>-2``, ``-3``... when that round was set aside before) (by process 0 of several), with a one-line warning naming it,
     and the next older one is tried. A checkpoint whose states have another structure than
     the run's is moved so only once an older one restores (then it was damaged); where none
     does, the run was begun by other code, and nothing is moved.
@@ -214,6 +214,10 @@ def newest_verified(ckpt: ocp.CheckpointManager, state: ServerState,
     """
     def aside(step: int, e: CheckpointError) -> None:
         where = Path(ckpt.directory).parent / "corrupt-checkpoints" / str(step)
+        copy = 1
+        while where.exists():  # that round was set aside before (then trained again)
+            copy += 1
+            where = where.with_name(f"{step}-{copy}")
         if processes.primary():
             where.parent.mkdir(exist_ok=True)
             Path(ckpt.directory, str(step)).rename(where)

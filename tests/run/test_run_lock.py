@@ -122,6 +122,9 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_befo
         recorded = json.loads(digests.read_text())
         recorded["2"] = "0" * 64
         digests.write_text(json.dumps(recorded))
+        earlier = out / "corrupt-checkpoints" / "2"  # round 2 was set aside once before
+        earlier.mkdir(parents=True)
+        (earlier / "kept").write_text("the first damaged round 2")
     else:
         for p in step.rglob("*"):
             if p.is_file():
@@ -134,6 +137,10 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_befo
     says = "does not match the SHA-256" if damage == "altered" else "cannot be read"
     assert says in warning[0], warning
     assert (out / "corrupt-checkpoints" / "2").is_dir()  # kept, not deleted
+    if damage == "altered":  # the second damaged round 2 beside the first
+        assert (out / "corrupt-checkpoints" / "2" / "kept").exists()
+        assert (out / "corrupt-checkpoints" / "2-2" / "default").is_dir()
+        assert "corrupt-checkpoints/2-2" in warning[0]
     chex.assert_trees_all_equal(full["params"], resumed["params"])
     assert [r["round"] for r in (json.loads(x) for x in
                                  (out / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3]
@@ -149,6 +156,21 @@ def test_no_intact_checkpoint_is_an_error_naming_the_folder(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert "no checkpoint in" in err[-1] and "restores intact" in err[-1]
     assert (out / "report.json").exists()
+
+
+def test_a_population_member_that_cannot_resume_leaves_the_others_untouched(tmp_path, capsys):
+    out = tmp_path / "pop"
+    args = ["train", *TINY, "--seeds", "0,1", "--out", str(out), "--no-ap"]
+    assert cli.main([*args, "--rounds", "1"]) == 0
+    digests = out / "seed-1" / "checkpoints" / "digests.json"
+    digests.write_text(json.dumps({k: "0" * 64 for k in json.loads(digests.read_text())}))
+    before = {p: p.read_bytes() for p in (out / "seed-0").rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert cli.main([*args, "--rounds", "2", "--resume"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "seed-1/checkpoints restores intact" in err and "other members' folders are as " \
+        "they were" in err and f"--config {out / 'seed-1' / 'config.json'} --overwrite" in err
+    assert {p: p.read_bytes() for p in (out / "seed-0").rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.parametrize("flags, message", [
