@@ -75,7 +75,8 @@ def round_schedule(spec: str, rounds: int) -> Callable[[int], float]:
 
     * ``constant``: 1 in every round (the paper's runs, as we read them);
     * ``cosine``: ``optax.cosine_decay_schedule(1, decay_steps=rounds)``, from 1 to 0 over the
-      run (a resumed run with more ``--rounds`` spreads it over the new count);
+      run (so ``--resume`` with another ``--rounds`` is refused: its rounds so far trained
+      on another decay);
     * ``step:EVERY:FACTOR``: times FACTOR every EVERY rounds
       (``optax.exponential_decay(1, EVERY, FACTOR, staircase=True)``);
     * ``exponential:FACTOR``: times FACTOR every round.

@@ -197,7 +197,8 @@ def config_from_json(fields: dict[str, Any]) -> TrainConfig:
 def config_diff(saved: dict[str, Any], c: TrainConfig) -> dict[str, tuple[Any, Any]]:
     """``{field: (saved, now)}`` for the training settings in which a saved ``config.json``
     differs from ``c``. The rounds, the output folder and the Ap phase's settings may differ
-    (a run continues, or only its evaluation is redone), and so may ``padding`` (how the
+    (a run continues, or only its evaluation is redone; not under ``--lr-schedule cosine``,
+    whose decay spreads over the rounds), and so may ``padding`` (how the
     rounds are fed: the figures change by float32 rounding only; config.json then records the
     new one), the spelling of the data folder or files (and of a word-vector file) and the
     table scene's ``label_names``,
@@ -214,6 +215,8 @@ def config_diff(saved: dict[str, Any], c: TrainConfig) -> dict[str, tuple[Any, A
     now = json.loads(json.dumps(dataclasses.asdict(c)))
     if not {saved.get("embeddings"), c.embeddings} & set(EMBEDDINGS):
         ignore.add("embeddings")  # a word-vector file both times, its path spelt otherwise
+    if "cosine" in (str(saved.get("lr_schedule")), str(c.lr_schedule)):
+        ignore.discard("rounds")  # the cosine decay spreads over --rounds: another run
     return {k: (saved.get(k, defaults[k]), v) for k, v in now.items()
             if k not in ignore and registry.reads(c.algorithm, k)
             and saved.get(k, defaults[k]) != v}

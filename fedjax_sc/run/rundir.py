@@ -250,7 +250,9 @@ def check_out_dir(out: Path, c: TrainConfig) -> None:
                               f"overwrite=True), or choose another --out")
     diff = config_diff(read_json(saved), c)
     if diff:
-        raise ValueError(f"--resume with a different configuration than {saved}: {diff}")
+        why = ("; --lr-schedule cosine decays over --rounds, so a run of another length has "
+               "other LRs from round 2 on: train it afresh" if "rounds" in diff else "")
+        raise ValueError(f"--resume with a different configuration than {saved}: {diff}{why}")
 
 
 class RunLockedError(FileExistsError):

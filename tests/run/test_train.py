@@ -276,6 +276,12 @@ def test_an_lr_schedule_scales_each_round_and_resumes_exactly(fedavg_run, tmp_pa
                     log=_quiet)
     chex.assert_trees_all_equal(whole["params"], resumed["params"])
     assert resumed["Ap"] == whole["Ap"]
+    cosine = dict(TINY, lr_schedule="cosine", ap=False)  # its decay spreads over --rounds
+    train(TrainConfig(**cosine, rounds=1, out=str(tmp_path / "cos")), log=_quiet)
+    with pytest.raises(ValueError, match=r"'rounds': \(1, 3\)\}; --lr-schedule cosine decays "
+                       r"over --rounds"):
+        train(TrainConfig(**cosine, rounds=3, out=str(tmp_path / "cos"), resume=True),
+              log=_quiet)
     for bad, says in (("step:0:0.5", "EVERY"), ("exponential:0", "FACTOR"), ("linear", "cosine")):
         assert cli.main(["train", "--scene", "synthetic", "--lr-schedule", bad, "--out",
                          str(tmp_path / "bad")]) == 1
