@@ -267,12 +267,20 @@ def restart_unsaved(configs: Sequence[TrainConfig]) -> tuple[list[TrainConfig], 
     Raises:
       ValueError: such a member's configuration differs from its folder's
         (:func:`fedjax_sc.run.rundir.check_out_dir`).
+      FileExistsError: such a member's folder holds files a run does not write.
     """
     out, restarted = [], []
     for i, c in enumerate(configs):
         folder = Path(c.out)
         if c.resume and rundir.never_trained(folder):
             rundir.check_out_dir(folder, c.resolved())  # the settings it was started with
+            foreign = rundir.foreign_entries(folder)
+            if foreign:  # starting afresh replaces the folder's run files, and only those
+                raise FileExistsError(
+                    f"--resume: {folder} never completed round 1, so it would start again "
+                    f"from round 0, but it holds files a run does not write "
+                    f"({', '.join(foreign[:5])}); nothing was changed: move them or choose "
+                    f"another --out")
             c = dataclasses.replace(c, resume=False, overwrite=True)
             restarted.append(i)
         out.append(c)

@@ -21,6 +21,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 from collections.abc import Callable, Iterable
@@ -42,12 +43,20 @@ PROBE_GLOB = "probe-*.json"
 """The files ``fedjax-sc probe`` adds to a run folder."""
 
 
+def _written_by_a_run(p: Path) -> bool:
+    """``p`` is an entry a run writes: one of :data:`RUN_FILES`, a probe file, or the
+    temporary file of :func:`write_text` (``.NAME.tmp-PID``) that a run killed mid-write
+    left behind."""
+    left = re.fullmatch(r"\.(.+)\.tmp-[0-9]+", p.name)
+    name = Path(left.group(1)) if left else p
+    return name.name in RUN_FILES or name.match(PROBE_GLOB)
+
+
 def run_files(out: Path) -> list[str]:
     """The names in ``out`` that a run writes (sorted); [] for a missing folder."""
     if not out.is_dir():
         return []
-    return sorted(p.name for p in out.iterdir()
-                  if p.name in RUN_FILES or p.match(PROBE_GLOB))
+    return sorted(p.name for p in out.iterdir() if _written_by_a_run(p))
 
 
 def foreign_entries(out: Path) -> list[str]:
@@ -55,7 +64,7 @@ def foreign_entries(out: Path) -> list[str]:
     if not out.is_dir():
         return []
     return sorted(p.name for p in out.iterdir()
-                  if p.name not in (*RUN_FILES, LOCK) and not p.match(PROBE_GLOB))
+                  if p.name != LOCK and not _written_by_a_run(p))
 
 
 def check_replaceable(out: Path) -> None:
@@ -70,7 +79,8 @@ def check_replaceable(out: Path) -> None:
 
 
 def remove_run(out: Path) -> None:
-    """Deletes the run files of ``out`` (:data:`RUN_FILES`, probe files) and nothing else
+    """Deletes the run files of ``out`` (:data:`RUN_FILES`, probe files, a killed write's
+    temporary files) and nothing else
     (process 0 of several: the others only check).
 
     Raises:
@@ -87,6 +97,9 @@ def remove_run(out: Path) -> None:
             path.unlink()
     for path in out.glob(PROBE_GLOB):
         path.unlink()
+    for path in out.glob(".*.tmp-*"):  # left by a run killed mid-write
+        if path.is_file() and _written_by_a_run(path):
+            path.unlink()
 
 
 def copy_training(source: Path, where: Path) -> None:

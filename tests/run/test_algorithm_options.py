@@ -179,7 +179,16 @@ def test_a_run_whose_first_round_failed_resumes_from_round_0(tmp_path, capsys):
     path.write_text(SCALED)  # the bug mended, the same command with --resume
     from fedjax_sc.algorithms import context
     context._LOADED.clear()  # a new process would load the file afresh
-    assert cli.main(["train", "--algorithm", f"{path}:scaled", *TINY, "--out", str(out),
-                     "--resume"]) == 0
+    (out / "notes.txt").write_text("mine")  # a file of the user's: refused, in --resume terms
+    command = ["train", "--algorithm", f"{path}:scaled", *TINY, "--out", str(out), "--resume"]
+    assert cli.main(command) == 1
+    captured = capsys.readouterr()
+    assert "never completed round 1" not in captured.out  # no restart announced
+    assert captured.err.strip().splitlines()[-1] == (
+        f"fedjax-sc: error: --resume: {out} never completed round 1, so it would start again "
+        f"from round 0, but it holds files a run does not write (notes.txt); nothing was "
+        f"changed: move them or choose another --out")
+    (out / "notes.txt").unlink()
+    assert cli.main(command) == 0
     assert "holds no checkpoint (round 1 never completed)" in capsys.readouterr().out
     assert len(_losses(out)) == 2

@@ -137,13 +137,17 @@ def test_remove_run_never_touches_other_files(tmp_path):
     for name in rundir.RUN_FILES[:-1]:
         (tmp_path / name).write_text("x")
     (tmp_path / "checkpoints" / "1").mkdir(parents=True)
+    (tmp_path / ".report.json.tmp-4242").write_text("x")  # a run killed mid-write
+    assert rundir.foreign_entries(tmp_path) == []
     rundir.remove_run(tmp_path)
     assert list(tmp_path.iterdir()) == []
     (tmp_path / "config.json").write_text("x")
     (tmp_path / "data.csv").write_text("x")
+    (tmp_path / ".data.csv.tmp-1").write_text("x")  # not a run's file: kept
     with pytest.raises(FileExistsError, match="data.csv"):
         rundir.remove_run(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "data.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".data.csv.tmp-1", "config.json",
+                                                          "data.csv"]
 
 
 def test_a_failed_checkpoint_save_is_reported_at_its_round(tmp_path, monkeypatch):
