@@ -130,6 +130,7 @@ def train_runs(algorithm: str | Callable[..., Any], explicit: set[str], *, out: 
                              parsed)
     if from_run is not None:
         configs = _copied_from(Path(from_run), configs)
+    members.check_root(Path(config.out))
     Path(config.out).mkdir(parents=True, exist_ok=True)
     index = Path(config.out) / "population.json"
     configs, restarted = members.restart_unsaved(configs)

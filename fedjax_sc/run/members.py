@@ -197,6 +197,33 @@ def hparams(configs: Sequence[TrainConfig]) -> dict[str, np.ndarray]:
             for k in varied(configs)}
 
 
+def check_root(root: Path) -> None:
+    """Refuses a population's ``--out`` folder whose ``population.json`` or ``report.md`` a
+    population did not write: the folder of a single run, or files of the user's there (the
+    population writes those two files at its root, its members into subfolders).
+
+    Raises:
+      FileExistsError: naming the folder and the file; nothing is written.
+    """
+    index = root / "population.json"
+    single = [n for n in ("config.json", "metrics.jsonl", "checkpoints") if (root / n).exists()]
+    if single:
+        raise FileExistsError(f"{root} holds a single run ({single[0]}); a population writes "
+                              f"its members into subfolders and its own population.json and "
+                              f"report.md: choose another --out")
+    ours = False
+    if index.is_file():
+        try:
+            ours = isinstance(json.loads(index.read_text()).get("members"), list)
+        except (ValueError, AttributeError):
+            ours = False
+    for name in ("population.json", "report.md"):
+        if (root / name).exists() and not ours:
+            raise FileExistsError(f"{root / name} was not written by a population (no "
+                                  f"population.json of one beside it) and a population would "
+                                  f"replace it: move it or choose another --out")
+
+
 def write_index(path: Path, configs: Sequence[TrainConfig], status: Sequence[str],
                 grid: Sequence[str] = ()) -> None:
     """Writes ``population.json`` (atomically): every member's folder relative to

@@ -170,6 +170,30 @@ def test_a_setting_the_grid_varies_is_refused_where_it_is_also_given(tmp_path, c
     members.refuse_set_twice(["lr"], [0, 1], {"scene", "rounds"})  # a config's lr: no error
 
 
+def test_a_population_never_replaces_files_it_did_not_write(tmp_path, capsys):
+    """A population writes population.json and report.md at its --out: a folder where those
+    are the user's, or that holds a single run, is refused before anything is written."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.md").write_text("my own notes")
+    args = ["train", *_flags(dict(TINY, rounds=1)), "--no-ap", "--seeds", "0,1", "--out"]
+    assert cli.main([*args, str(mine)]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"fedjax-sc: error: {mine / 'report.md'} was not written by a population (no "
+        f"population.json of one beside it) and a population would replace it: move it or "
+        f"choose another --out")
+    assert sorted(p.name for p in mine.iterdir()) == ["report.md"]
+    assert (mine / "report.md").read_text() == "my own notes"
+    single = tmp_path / "single"
+    assert cli.main(["train", *_flags(dict(TINY, rounds=1)), "--no-ap", "--out",
+                     str(single)]) == 0
+    before = sorted(p.name for p in single.iterdir())
+    capsys.readouterr()
+    assert cli.main([*args, str(single)]) == 1
+    assert "holds a single run (config.json)" in capsys.readouterr().err
+    assert sorted(p.name for p in single.iterdir()) == before
+
+
 def test_grid_and_expand():
     assert members.parse_grid(["lr=0.01,0.05", "lambda-kt=0,1e-3"]) == {
         "lr": [0.01, 0.05], "lambda_kt": [0.0, 0.001]}
