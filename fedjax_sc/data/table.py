@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fedjax_sc.data import partition as partition_lib
+from fedjax_sc.data import table_values
 from fedjax_sc.data.corpus import Corpus
 from fedjax_sc.data.table_files import (  # noqa: F401 (FORMATS, HF_BUILDERS: re-exported)
     FORMATS,
@@ -165,26 +166,6 @@ def _check(r: Rows, columns: dict[str, tuple[str, str]],
     return cols
 
 
-def _refuse_mixed_labels(col: pa.ChunkedArray, classes: list, r: Rows, column: str) -> None:
-    """Refuses string labels of which some read as integers and some do not (``0``, ``1``,
-    ``2`` and one ``pos``): each would be a class of its own, C one too many, without a word.
-
-    Raises:
-      ValueError: naming the first row of the fewer kind (``path:line``) and the others.
-    """
-    numbers = [c for c in classes if isinstance(c, str) and c.strip().lstrip("+-").isdigit()]
-    if not numbers or len(numbers) == len(classes):
-        return
-    words = [c for c in classes if c not in numbers]
-    odd, rest = (words, numbers) if len(words) <= len(numbers) else (numbers, words)
-    first = int(np.flatnonzero(pc.is_in(col, value_set=pa.array(odd)).to_numpy(
-        zero_copy_only=False))[0])
-    raise ValueError(f"{r.where(first)}: column {column!r}: label {col[first].as_py()!r} "
-                     f"among labels that are {'numbers' if rest is numbers else 'words'} "
-                     f"({', '.join(map(repr, rest[:4]))}{', ...' if len(rest) > 4 else ''}): "
-                     f"each would be a class of its own; write every label one way")
-
-
 def _index(col: pa.ChunkedArray, values: Sequence, r: Rows, column: str, what: str,
            other: str, missing_ok: bool = False) -> np.ndarray:
     """int ``[n]``: each row's position in ``values``; a value not in it is an error, or -1
@@ -195,6 +176,11 @@ def _index(col: pa.ChunkedArray, values: Sequence, r: Rows, column: str, what: s
         raise ValueError(f"{r.path}: column {column!r}: {other} are not all of one type "
                          f"({e})") from None
     given = col.type
+    if table_values.kind_of(given) != table_values.kind_of(value_set.type) and col.null_count < len(col):
+        i = int(np.flatnonzero(pc.is_valid(col).to_numpy(zero_copy_only=False))[0])
+        raise ValueError(f"{r.where(i)}: column {column!r}: {what} {col[i].as_py()!r} is of "
+                         f"another kind than the {what}s of {other} (this file's {what}s are "
+                         f"{given}, those {value_set.type}): write them one way")
     try:
         col = col.cast(value_set.type)
     except pa.ArrowException:
@@ -321,8 +307,10 @@ def read_table(data: str, *, text_column: str, label_column: str,
     def read(spec: str) -> dict[str, Rows]:  # rows without text dropped or kept as ""
         nonlocal num_dropped
         parts = {}
-        for name, r in read_rows(spec, text_column).items():
-            parts[name], n, where = _empty_text(r, text_column, empty_text)
+        typed = [label_column] + ([client_column] if client_column else [])
+        for name, r in read_rows(spec, text_column, typed).items():
+            parts[name], n, where = _empty_text(table_values.as_written(r, typed, [label_column]),
+                                                text_column, empty_text)
             num_dropped += n
             dropped.extend(where)
         return parts
@@ -355,12 +343,16 @@ def read_table(data: str, *, text_column: str, label_column: str,
         if not r.table.num_rows:
             raise ValueError(f"{r.path}: no {s} rows")
     cols = {s: _check(r, columns, empty_text) for s, r in splits.items()}
+    for s, r in splits.items():
+        for role in ("label", "client"):
+            if role in cols[s]:
+                table_values.refuse_blank_variants(cols[s][role], r, columns[role][0])
 
     train_labels = cols["train"]["label"]
     classes = (list(label_names) if label_names is not None
                else sorted(pc.unique(train_labels).to_pylist()))
     if label_names is None:
-        _refuse_mixed_labels(train_labels, classes, train, label_column)
+        table_values.refuse_mixed_labels(train_labels, classes, train, label_column)
     if len(classes) < 2:
         raise ValueError(f"{train.path}: column {label_column!r} holds one class only "
                          f"({', '.join(map(repr, classes))}); a classifier needs two or more")

@@ -6,6 +6,7 @@ corpora of them."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -59,9 +60,10 @@ def _kind(path: str) -> str:
     return kind
 
 
-def _read_file(path: str, text_column: str) -> Rows:
-    """One CSV / TSV / JSON-lines / Parquet file as a pyarrow table (the text column read as
-    strings in a CSV, so that ``NA`` or ``123`` stay texts)."""
+def _read_file(path: str, text_column: str, as_written: Sequence[str] = ()) -> Rows:
+    """One CSV / TSV / JSON-lines / Parquet file as a pyarrow table (in a CSV the text column
+    and the ``as_written`` columns read as strings, so that ``NA`` or ``123`` stay texts and
+    ``007`` stays ``007``)."""
     import pyarrow.csv
     import pyarrow.json
     import pyarrow.parquet
@@ -74,7 +76,7 @@ def _read_file(path: str, text_column: str) -> Rows:
                 path, parse_options=pyarrow.csv.ParseOptions(
                     delimiter="\t" if kind == "tsv" else ",", newlines_in_values=True),
                 convert_options=pyarrow.csv.ConvertOptions(
-                    column_types={text_column: pa.string()}))
+                    column_types={c: pa.string() for c in (text_column, *as_written)}))
         elif kind == "json":
             table = pyarrow.json.read_json(path)
         else:
@@ -117,8 +119,9 @@ def _read_hf(spec: str) -> dict[str, Rows]:
                          np.arange(table.num_rows)) for split, table in tables.items()}
 
 
-def read_rows(spec: str, text_column: str) -> dict[str, Rows]:
-    """``{"": rows}`` for a file, ``{split: rows}`` for a DatasetDict folder."""
+def read_rows(spec: str, text_column: str, as_written: Sequence[str] = ()) -> dict[str, Rows]:
+    """``{"": rows}`` for a file, ``{split: rows}`` for a DatasetDict folder; a CSV's
+    ``text_column`` and ``as_written`` columns read as strings (:func:`_read_file`)."""
     if spec.startswith("hf:") or Path(spec).is_dir():
         return _read_hf(spec)
-    return {"": _read_file(spec, text_column)}
+    return {"": _read_file(spec, text_column, as_written)}

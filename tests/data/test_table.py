@@ -305,6 +305,31 @@ def test_bytes_not_utf8_and_an_infinite_label_name_their_line(tmp_path, name, da
         read(tmp_path / name)
 
 
+@pytest.mark.parametrize("column, values, says", [
+    ("domain", ["007", "7", "007", "7"], None),  # two clients, as written
+    ("label", ["1", "true", "0", "false"], r"label '(true|1)' among labels that are"),
+    ("label", ["1.0", "2.0", "pos", "1.0"], r"label 'pos' among labels that are numbers"),
+    ("label", ["1.0", "1.00", "0", "0"], r"d\.csv:3: column 'label': '1.00' is the number "
+     r"'1.0' of .*d\.csv:2 written otherwise"),
+    ("label", ["pos", "pos ", "neg", "neg"], r"d\.csv:3: column 'label': 'pos ' and 'pos' "
+     r"\(.*d\.csv:2\) differ only by spaces"),
+    ("domain", ["u1", " u1", "u2", "u2"], r"d\.csv:3: column 'domain': ' u1' and 'u1'"),
+])
+def test_a_csv_keeps_labels_and_clients_as_written(tmp_path, column, values, says):
+    data = [{"text": f"words {i}", "label": ["pos", "neg"][i % 2], "domain": "a"}
+            for i in range(4)]
+    for row, v in zip(data, values):
+        row[column] = v
+    path = tmp_path / "d.csv"
+    path.write_text("text,label,domain\n" + "".join(
+        f"{r['text']},{r['label']},{r['domain']}\n" for r in data))
+    if says is None:
+        assert sorted(read(path, test_fraction=0.5).corpora) == ["007", "7"]
+        return
+    with pytest.raises(ValueError, match=says):
+        read(path, test_fraction=0.5)
+
+
 def test_labels_mixing_numbers_and_words_name_the_odd_row(tmp_path):
     data = rows(12, labels=("0", "1", "2"))
     data[7]["label"] = "pos"  # a CSV of 0/1/2 with one label spelt as a word
@@ -341,14 +366,16 @@ def test_duplicate_columns_and_type_clashes_name_the_file(tmp_path):
                        r"times \(its columns: text, label, text, domain\)"):
         read(dup)
     train = write(tmp_path / "d.csv", [dict(r, label=0.5 + i % 2) for i, r in enumerate(rows(8))])
-    with pytest.raises(ValueError, match=r"t\.csv: column 'label' holds string, .* are double"):
+    with pytest.raises(ValueError, match=r"t\.csv:2: column 'label': label '.*' is of another kind .*"
+                       r"\(this file's labels are string, those double\): write them one way"):
         read(train, test_data=str(write(tmp_path / "t.csv", rows(4))))
     train = write(tmp_path / "d.csv", rows(8, clients=(1, 2)))
-    with pytest.raises(ValueError, match=r"t\.csv: column 'domain' holds string, .* are int64"):
+    with pytest.raises(ValueError, match=r"t\.csv:2: column 'domain': client 'b' is of another "
+                       r"kind .* \(this file's clients are string, those int64\)"):
         read(train, test_data=str(write(tmp_path / "t.csv", rows(4))))
     words = write(tmp_path / "w.csv", rows(8))  # string labels; the test file's numbers
-    with pytest.raises(ValueError, match=r"n\.csv:2: column 'label': label '1' does not occur "
-                       r"in .* \(this file's labels are int64, those string\)"):
+    with pytest.raises(ValueError, match=r"n\.csv:2: column 'label': label 1 is of another kind "
+                       r"than .* \(this file's labels are int64, those string\)"):
         read(words, test_data=str(write(tmp_path / "n.csv", rows(4, labels=(1, 0)))))
     with pytest.raises(ValueError, match=r"d\.csv: column 'label': the classes \[1, 'pos'\] "
                        r"are not all of one type"):
