@@ -86,6 +86,10 @@ def _read_file(path: str, text_column: str, as_written: Sequence[str] = ()) -> R
             table.validate(full=True)
     except (pa.ArrowException, OSError) as e:  # ArrowInvalid, ArrowTypeError, ...
         raise ValueError(table_lines.read_error(path, kind, e)) from None
+    if kind in ("csv", "tsv"):  # pyarrow reads a stray quote on, into the next lines
+        stray = table_lines.stray_quote(path, kind)
+        if stray:
+            raise ValueError(stray)
     return Rows(table, path, kind, np.arange(table.num_rows))
 
 

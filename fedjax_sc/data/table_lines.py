@@ -55,6 +55,31 @@ def csv_rows(path: str, kind: str):
         csv.field_size_limit(limit)
 
 
+def stray_quote(path: str, kind: str) -> str | None:
+    """One line naming the first record whose quoting Python's csv module refuses in strict
+    mode (a quote inside a quoted field that is not doubled: pyarrow reads on, taking the
+    following lines into the field), or None when every record is well quoted."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(2**31 - 1)
+    try:
+        with open_text(path) as f:
+            reader = csv.reader(f, delimiter="\t" if kind == "tsv" else ",", strict=True)
+            start = 1
+            try:
+                while next(reader, None) is not None:
+                    start = reader.line_num + 1
+            except csv.Error:
+                end = reader.line_num
+                spread = ("" if end == start else f" (on line {end}), so lines {start}-{end} "
+                          f"would read as one record")
+                return (f"{path}:{start}: a quoted field opens on this line and holds a quote "
+                        f"that is not doubled{spread}; double a quote inside a field (\"\") "
+                        f"or leave the field unquoted")
+        return None
+    finally:
+        csv.field_size_limit(limit)
+
+
 def csv_line(path: str, row: int, kind: str) -> int:
     """The 1-based line where data row ``row`` of a CSV file starts."""
     for k, (line, _, _) in enumerate(csv_rows(path, kind)):

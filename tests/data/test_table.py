@@ -228,6 +228,11 @@ CSV = ("text,label,domain\n"
     ("words,neg,a\n", {"text_column": "body"},
      r"d\.csv: no column 'body' \(--text-column\); its columns: text, label, domain"),
     ("words,neg,a,extra\n", {}, r"d\.csv:7: 4 fields where the header has 3"),
+    ("\"bad \"film\",neg,a\n", {}, r"d\.csv:7: a quoted field opens on this line and holds "
+     r"a quote that is not doubled; double a quote inside a field"),
+    ("\"two\nlines \"quoted\" badly,neg,a\nmore,pos,b\n", {}, r"d\.csv:7: a quoted field opens "
+     r"on this line and holds a quote that is not doubled \(on line 8\), so lines 7-8 would "
+     r"read as one record"),
     ("\"words,neg,a\nmore,pos,b\n", {},
      r"d\.csv:7: a quote opened on this line is never closed, so lines 7-8 \(the rest of the "
      r"file\) read as one record \(1 of the header's 3 fields\)"),
