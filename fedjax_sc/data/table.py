@@ -127,7 +127,7 @@ def _empty_text(r: Rows, column: str, empty_text: str) -> tuple[Rows, int, list[
                          f"{empty_text!r}")
     if empty_text == "refuse" or column not in r.table.column_names:  # _check names it
         return r, 0, []
-    col = r.table.column(column)
+    col = _column(r, column, "--text-column")  # one column of a type that holds texts
     gone = _missing(col)
     if empty_text == "keep":
         text = pc.if_else(pa.array(gone), "", col.cast(pa.string()))

@@ -70,15 +70,20 @@ def _read_file(path: str, text_column: str, as_written: Sequence[str] = ()) -> R
     kind = _kind(path)
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path} not found")
+    # pyarrow tells a compressed file by its extension in lower case only
+    packed = {".gz": "gzip", ".bz2": "bz2"}.get(Path(path).suffix.lower())
+    source = path
     try:
+        if packed:
+            source = pa.input_stream(path, compression=packed)
         if kind in ("csv", "tsv"):
             table = pyarrow.csv.read_csv(
-                path, parse_options=pyarrow.csv.ParseOptions(
+                source, parse_options=pyarrow.csv.ParseOptions(
                     delimiter="\t" if kind == "tsv" else ",", newlines_in_values=True),
                 convert_options=pyarrow.csv.ConvertOptions(
                     column_types={c: pa.string() for c in (text_column, *as_written)}))
         elif kind == "json":
-            table = pyarrow.json.read_json(path)
+            table = pyarrow.json.read_json(source)
         else:
             table = pyarrow.parquet.read_table(path)
         if kind != "parquet":
@@ -86,6 +91,13 @@ def _read_file(path: str, text_column: str, as_written: Sequence[str] = ()) -> R
             table.validate(full=True)
     except (pa.ArrowException, OSError) as e:  # ArrowInvalid, ArrowTypeError, ...
         raise ValueError(table_lines.read_error(path, kind, e)) from None
+    finally:
+        if source is not path:
+            source.close()
+    if kind == "json":  # pyarrow reads two objects on one line as two rows
+        crowded = table_lines.objects_per_line(path, table.num_rows)
+        if crowded:
+            raise ValueError(crowded)
     if kind in ("csv", "tsv"):  # pyarrow reads a stray quote on, into the next lines
         stray = table_lines.stray_quote(path, kind)
         if stray:

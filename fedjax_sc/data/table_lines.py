@@ -149,6 +149,24 @@ def _json_cause(path: str, line: int) -> str:
     return "" if isinstance(obj, dict) else f" (a JSON {type(obj).__name__}, not an object)"
 
 
+def objects_per_line(path: str, rows: int) -> str | None:
+    """One line naming the first line of a JSON-lines file that holds more than one object,
+    when the file's ``rows`` (as pyarrow read them) outnumber its non-blank lines; else
+    None (one object a line, so every row's line is known)."""
+    with open_text(path) as f:
+        if sum(1 for line in f if line.strip()) == rows:
+            return None
+    with open_text(path) as f:
+        for lineno, line in enumerate(f, start=1):
+            try:
+                json.loads(line) if line.strip() else None
+            except ValueError as e:
+                if getattr(e, "msg", "") == "Extra data":
+                    return (f"{path}:{lineno}: more than one JSON object on this line (the "
+                            f"second at column {e.colno}); JSON lines holds one object a line")
+    return f"{path}: {rows} rows in fewer lines; JSON lines holds one object a line"
+
+
 def json_bad_line(path: str, message: str) -> int | None:
     """The line pyarrow's JSON error is about (its row numbers count within a block): the
     first line that is not a JSON object, or whose value of the column the message names

@@ -268,6 +268,29 @@ def test_rows_without_text_dropped_or_kept_on_request(tmp_path, ext):
         read(path, empty_text="skip")
 
 
+def test_two_objects_on_a_line_an_upper_case_gz_and_empty_text_edge_cases(tmp_path):
+    two = tmp_path / "two.jsonl"
+    two.write_text('{"text": "a", "label": 1, "domain": "x"} {"text": "b", "label": 0, '
+                   '"domain": "x"}\n{"text": "c", "label": 0, "domain": "x"}\n')
+    with pytest.raises(ValueError, match=r"two\.jsonl:1: more than one JSON object on this "
+                       r"line \(the second at column 42\)"):
+        read(two)
+    upper = tmp_path / "D.CSV.GZ"
+    with gzip.open(upper, "wt") as f:
+        f.write("text,label,domain\n" + "".join(f"w{i},{i % 2},a\n" for i in range(6)))
+    assert len(read(upper, test_fraction=0.5).corpora["a"]["train"]) == 3
+    dup = tmp_path / "dup.csv"
+    dup.write_text("text,label,domain,text\na,1,x,z\nb,0,x,z\n")
+    with pytest.raises(ValueError, match=r"column 'text' \(--text-column\) occurs 2 times"):
+        read(dup, empty_text="drop")
+    data = rows(8)
+    data[1]["text"] = ""
+    tab = pa.Table.from_pylist(data)
+    tab = tab.set_column(0, "text", tab.column("text").dictionary_encode())
+    pq.write_table(tab, tmp_path / "dict.parquet")
+    assert read(tmp_path / "dict.parquet", test_fraction=0.25, empty_text="drop").num_dropped == 1
+
+
 def test_bad_jsonl_and_parquet_name_line_or_row(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text('{"text": "a", "label": 1, "domain": "x"}\n\n'
