@@ -308,8 +308,12 @@ def partition_clients(client_corpora: Mapping[str, Mapping[str, Corpus]], partit
     splits = list(next(iter(client_corpora.values())))
     pooled = {s: pool([client_corpora[d][s] for d in client_corpora]) for s in splits}
     if partition == "iid":
-        parts = {s: flwr_partition.iid_partition(len(pooled[s]), num_clients, seed)
-                 for s in splits}
+        parts = {}
+        for s in splits:
+            try:
+                parts[s] = flwr_partition.iid_partition(len(pooled[s]), num_clients, seed)
+            except ValueError as e:  # which split of which file
+                raise ValueError(f"{pooled[s].source} ({s} split): {e}") from None
     else:
         draw = flwr_partition.dirichlet_partition(pooled["train"].labels, num_clients, alpha,
                                                   seed, min_partition_size, self_balancing)

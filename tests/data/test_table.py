@@ -162,6 +162,14 @@ def test_dirichlet_test_file_follows_the_training_mix(tmp_path):
         np.testing.assert_array_equal(mix[0], mix[1])  # same labels: the same cuts
 
 
+def test_a_split_too_small_for_the_partition_names_its_file(tmp_path):
+    train = write(tmp_path / "d.csv", rows(12))
+    test = write(tmp_path / "t.csv", rows(2))
+    with pytest.raises(ValueError, match=r"t\.csv \(test split\): 2 examples cannot be split "
+                       r"into 3 clients"):
+        read(train, client_column=None, partition="iid", num_clients=3, test_data=str(test))
+
+
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(1, 80), clients=st.integers(1, 9), seed=st.integers(0, 5))
 def test_iid_partition_property(n, clients, seed):
