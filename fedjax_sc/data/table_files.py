@@ -122,7 +122,10 @@ def _read_hf(spec: str) -> dict[str, Rows]:
     import datasets.builder
     try:
         if spec.startswith("hf:"):
-            loaded = {"": datasets.load_dataset(builder, data_files=path, split="train")}
+            # pandas reads NA, null, n/a... as missing: a CSV's texts stay as written, as
+            # the plain reader keeps them (an empty field is "", no text or no label)
+            kw = {"keep_default_na": False} if builder == "csv" else {}
+            loaded = {"": datasets.load_dataset(builder, data_files=path, split="train", **kw)}
         else:
             got = datasets.load_from_disk(spec)
             loaded = dict(got) if isinstance(got, datasets.DatasetDict) else {"": got}

@@ -446,6 +446,10 @@ def test_datasets_folder_and_hf_spec(tmp_path, datasets):
     assert summary(read(tmp_path / "dd")) == ref
     got = read(f"hf:csv:{tmp_path / 'd.csv'}", test_data=f"hf:csv:{tmp_path / 't.csv'}")
     assert summary(got) == ref
+    na = tmp_path / "na.csv"  # a review "NA" is a text, as the plain reader keeps it
+    na.write_text("text,label,domain\nNA,1,x\nnull,0,x\nc,1,x\nd,0,x\n")
+    assert "NA" in read(f"hf:csv:{na}", test_fraction=0.5).corpora["x"]["train"].texts + \
+        read(f"hf:csv:{na}", test_fraction=0.5).corpora["x"]["test"].texts
     data[2]["label"] = None
     datasets.Dataset.from_list(data).save_to_disk(str(tmp_path / "ds"))
     with pytest.raises(ValueError, match=r"ds: row 2: column 'label': no label"):
