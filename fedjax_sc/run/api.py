@@ -130,17 +130,20 @@ def train_runs(algorithm: str | Callable[..., Any], explicit: set[str], *, out: 
                              parsed)
     if from_run is not None:
         configs = _copied_from(Path(from_run), configs)
-    members.check_root(Path(config.out))
-    Path(config.out).mkdir(parents=True, exist_ok=True)
-    index = Path(config.out) / "population.json"
-    configs, restarted = members.restart_unsaved(configs)
-    lead = members.shared_training(configs)
-    if all(j is None for j in lead) and (not restarted or len(restarted) == len(configs)):
-        return train_population(configs, log=log, index=index, grid=list(parsed), mesh=mesh)
-    if mesh is not None:
-        log(f"--mesh {mesh}: this population trains in parts (members that resume or restart, "
-            f"or that share another's rounds); each part's mesh is chosen automatically")
-    return _train_in_parts(configs, restarted, lead, log, index, list(parsed))
+    from fedjax_sc.run import rundir
+    with rundir.locked(Path(config.out)):  # the root's population.json and report.md
+        members.check_root(Path(config.out))
+        index = Path(config.out) / "population.json"
+        configs, restarted = members.restart_unsaved(configs)
+        lead = members.shared_training(configs)
+        if all(j is None for j in lead) and (not restarted or len(restarted) == len(configs)):
+            return train_population(configs, log=log, index=index, grid=list(parsed),
+                                    mesh=mesh)
+        if mesh is not None:
+            log(f"--mesh {mesh}: this population trains in parts (members that resume or "
+                f"restart, or that share another's rounds); each part's mesh is chosen "
+                f"automatically")
+        return _train_in_parts(configs, restarted, lead, log, index, list(parsed))
 
 
 def _copied_from(run: Path, configs: list[Any]) -> list[Any]:

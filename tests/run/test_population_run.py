@@ -192,6 +192,12 @@ def test_a_population_never_replaces_files_it_did_not_write(tmp_path, capsys):
     assert cli.main([*args, str(single)]) == 1
     assert "holds a single run (config.json)" in capsys.readouterr().err
     assert sorted(p.name for p in single.iterdir()) == before
+    from fedjax_sc.run import rundir  # a second population into a root in use: refused
+    busy = tmp_path / "busy"
+    with rundir.locked(busy):
+        assert cli.main([*args, str(busy)]) == 1
+        assert f"{busy} is in use by pid" in capsys.readouterr().err
+        assert sorted(p.name for p in busy.iterdir()) == [rundir.LOCK]
 
 
 def test_grid_and_expand():
