@@ -69,7 +69,8 @@ def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result,
     report["communication"] = comm
     report["training"] = "federated" if central is None else central.name
     # every round's seconds, also those of earlier invocations of a resumed run
-    seconds = [r.get("seconds") for r in rundir.read_metrics(out / "metrics.jsonl", c.rounds)]
+    seconds = [r.get("seconds") for r in rundir.read_metrics(  # lost rounds: named at resume
+        out / "metrics.jsonl", c.rounds, log=lambda _: None)]
     report["timing"] = {"round_seconds": seconds if len(seconds) == c.rounds else durations,
                         "ap_seconds": ap_seconds}
     report["environment"] = environment()

@@ -210,7 +210,9 @@ def _change(was: dict[str, Any], now: dict[str, Any]) -> str:
 def read_metrics(path: Path, upto: int, log: Callable[[str], None] = print) -> list[dict]:
     """The ``"phase": "round"`` lines of ``metrics.jsonl`` up to round ``upto``.
 
-    A torn last line (a run killed while writing it) is dropped with a note to ``log``.
+    A torn last line (a run killed while writing it) is dropped with a note to ``log``, and
+    rounds up to ``upto`` that the file lacks (lines lost to a copy or an edit) are named in a
+    warning to ``log``.
 
     Raises:
       ValueError: a line before the last one is not valid JSON (names ``path:lineno``).
@@ -230,7 +232,14 @@ def read_metrics(path: Path, upto: int, log: Callable[[str], None] = print) -> l
                 continue
             raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg}); the metrics file "
                              f"is damaged") from None
-    return [r for r in rows if r.get("phase", "round") == "round" and r["round"] <= upto]
+    kept = [r for r in rows if r.get("phase", "round") == "round" and r["round"] <= upto]
+    missing = sorted(set(range(1, upto + 1)) - {r["round"] for r in kept})
+    if missing:  # the checkpoint holds the training; these rounds' figures are not recorded
+        shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+        log(f"warning: {path} lacks round{'s' * (len(missing) > 1)} {shown} of the {upto} "
+            f"the checkpoint holds: {'their' if len(missing) > 1 else 'its'} figures stay "
+            f"unrecorded (the report's per-round figures and convergence curve skip them)")
+    return kept
 
 
 def check_out_dir(out: Path, c: TrainConfig) -> None:

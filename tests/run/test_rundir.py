@@ -197,6 +197,12 @@ def test_a_torn_last_metrics_line_is_dropped_and_a_damaged_one_named(tmp_path):
     logs = []
     assert [r["round"] for r in rundir.read_metrics(path, 2, logs.append)] == [1, 2]
     assert logs and f"{path}:3: dropping a torn last line" in logs[0]
+    path.write_text(lines[1] + "\n")  # round 1's line lost
+    logs = []
+    assert [r["round"] for r in rundir.read_metrics(path, 2, logs.append)] == [2]
+    assert logs == [f"warning: {path} lacks round 1 of the 2 the checkpoint holds: its "
+                    f"figures stay unrecorded (the report's per-round figures and convergence "
+                    f"curve skip them)"]
     path.write_text(lines[0][:25] + "\n" + lines[1] + "\n")
     with pytest.raises(ValueError, match=f"{path}:1: not valid JSON"):
         train(tiny(data, out, rounds=3, resume=True), log=_quiet)
