@@ -117,13 +117,26 @@ def copy_training(source: Path, where: Path) -> None:
     if run_files(where):
         raise FileExistsError(f"{where} already holds run files ({', '.join(run_files(where))})"
                               f"; the training of {source} is not copied over them")
-    where.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(source / "checkpoints", where / "checkpoints")
+    # copied beside it first, then moved in (config.json last), so that a copy cut short
+    # leaves no half run in ``where``, only a hidden folder beside it
+    where.parent.mkdir(parents=True, exist_ok=True)
+    tmp = where.parent / f".{where.name}.copying-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source / "checkpoints", tmp / "checkpoints")
     # the data record too, so that the resume checks the corpus against the one the source
     # trained on (a run older than fingerprints has only vocab.json)
-    for name in ("config.json", "metrics.jsonl", "vocab.json", "fingerprint.json"):
-        if (source / name).exists():
-            shutil.copy(source / name, where / name)
+    names = [n for n in ("metrics.jsonl", "vocab.json", "fingerprint.json", "config.json")
+             if (source / n).exists()]
+    for name in names:
+        shutil.copy(source / name, tmp / name)
+    if where.is_dir() and not any(where.iterdir()):
+        where.rmdir()
+    if not where.exists():
+        os.replace(tmp, where)  # the whole copy at once
+        return
+    for name in ["checkpoints", *names]:  # beside files of the user's: one entry at a time
+        os.replace(tmp / name, where / name)
+    tmp.rmdir()
 
 
 def file_digest(path: Path) -> dict[str, Any]:

@@ -351,3 +351,32 @@ def test_an_orbax_without_the_no_copy_option_still_checkpoints(tmp_path, monkeyp
     restored = ocp.CheckpointManager(tmp_path / "ckpt").restore(
         1, args=ocp.args.StandardRestore(tree))
     chex.assert_trees_all_equal(restored, tree)
+
+
+def test_copy_training_leaves_no_half_run_when_cut_short(tmp_path, monkeypatch):
+    source = tmp_path / "source"
+    (source / "checkpoints" / "1").mkdir(parents=True)
+    for name in ("config.json", "metrics.jsonl", "vocab.json"):
+        (source / name).write_text(name)
+    real = rundir.shutil.copy
+
+    def cut(src, dst):  # the process dies while copying config.json
+        if Path(src).name == "config.json":
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(rundir.shutil, "copy", cut)
+    where = tmp_path / "member"
+    with pytest.raises(KeyboardInterrupt):
+        rundir.copy_training(source, where)
+    assert not where.exists() or rundir.run_files(where) == []
+    monkeypatch.setattr(rundir.shutil, "copy", real)
+    rundir.copy_training(source, where)  # the same command again: a whole copy
+    assert rundir.run_files(where) == ["checkpoints", "config.json", "metrics.jsonl",
+                                       "vocab.json"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("kept")
+    rundir.copy_training(source, mine)
+    assert sorted(p.name for p in mine.iterdir()) == ["checkpoints", "config.json",
+                                                      "metrics.jsonl", "notes.txt", "vocab.json"]
