@@ -349,6 +349,10 @@ def read_table(data: str, *, text_column: str, label_column: str,
                 table_values.refuse_blank_variants(cols[s][role], r, columns[role][0])
 
     train_labels = cols["train"]["label"]
+    if label_names is not None and len(set(map(repr, label_names))) < len(label_names):
+        twice = next(v for v in label_names if list(label_names).count(v) > 1)
+        raise ValueError(f"label_names names {twice!r} twice ({list(label_names)}): a class "
+                         f"no row could take")
     classes = (list(label_names) if label_names is not None
                else sorted(pc.unique(train_labels).to_pylist()))
     if label_names is None:

@@ -416,6 +416,8 @@ def test_duplicate_columns_and_type_clashes_name_the_file(tmp_path):
     with pytest.raises(ValueError, match=r"d\.csv: column 'label': the classes \[1, 'pos'\] "
                        r"are not all of one type"):
         read(train, test_fraction=0.5, label_names=[1, "pos"])
+    with pytest.raises(ValueError, match=r"label_names names 'pos' twice"):
+        read(words, test_fraction=0.5, label_names=["neg", "pos", "pos"])
     bad = tmp_path / "b.jsonl"
     bad.write_text('{"text": "a", "text": "b", "label": 1, "domain": "x"}\n')
     with pytest.raises(ValueError, match=r"b\.jsonl: not a readable json file \(pyarrow: .*twice"):
