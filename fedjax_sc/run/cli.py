@@ -139,10 +139,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Reads which test examples each run's model classifies correctly (the "
         "run's test_hits.json, written when it ended and exported with it; else from its "
         "checkpoint) and prints Ag(A) - Ag(B) with a paired, per-client bootstrap "
-        "interval (test-sample noise only, not the spread over seeds), the per-client "
-        "differences and how many clients each model leads on. Given two folders of seed "
-        "runs, the seeds are paired by name, the difference is their mean and the interval "
-        "resamples the seed pairs too (both sources of chance).",
+        "interval, the per-client differences and how many clients each model leads on. "
+        "With one run a side the interval holds test-sample noise only; given two folders "
+        "of seed runs, the seeds are paired by name, the difference is their mean and the "
+        "interval resamples the seed pairs too (both sources of chance; with few seeds it "
+        "understates their spread).",
         formatter_class=_HelpFormatter)
     m.add_argument("run_a", help="a run directory (fedjax-sc train --out, a reproduce "
                    "store's <scene>/<method>/seed-<s>, an exported results/fdu/table3/"
