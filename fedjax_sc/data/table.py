@@ -155,7 +155,8 @@ def _check(r: Rows, columns: dict[str, tuple[str, str]],
         what = {"text": "no text (empty or missing)", "label": "no label",
                 "client": "no client", "split": "no split"}[role]
         raise ValueError(f"{r.where(i)}: column {columns[role][0]!r}: {what}; every row "
-                         f"needs one")
+                         f"needs one" + (" (or --empty-text drop / keep)" if role == "text"
+                                         else ""))
     label = cols.get("label")
     if label is not None and pa.types.is_floating(label.type):  # inf would become a class
         inf = np.flatnonzero(~np.isfinite(np.asarray(label.to_numpy(zero_copy_only=False),
@@ -304,11 +305,14 @@ def read_table(data: str, *, text_column: str, label_column: str,
     dropped: list[str] = []
     num_dropped = 0
 
-    def read(spec: str) -> dict[str, Rows]:  # rows without text dropped or kept as ""
+    def read(spec: str, as_text: Sequence[str] = ()) -> dict[str, Rows]:
+        """``spec``'s rows, its CSV labels and clients typed as written (but ``as_text``,
+        strings in the training rows), rows without text dropped or kept as ``""``."""
         nonlocal num_dropped
         parts = {}
-        typed = [label_column] + ([client_column] if client_column else [])
-        for name, r in read_rows(spec, text_column, typed).items():
+        columns = [label_column] + ([client_column] if client_column else [])
+        typed = [c for c in columns if c not in as_text]
+        for name, r in read_rows(spec, text_column, columns).items():
             parts[name], n, where = _empty_text(table_values.as_written(r, typed, [label_column]),
                                                 text_column, empty_text)
             num_dropped += n
@@ -333,7 +337,10 @@ def read_table(data: str, *, text_column: str, label_column: str,
                      "('train', 'test')")
         train, test = train.take(ids == 0), train.take(ids == 1)
     elif test_data is not None:
-        parts = read(test_data)
+        strings = [c for c in (label_column, client_column)  # ids as written in training
+                   if c in train.table.column_names
+                   and table_values.kind_of(train.table.column(c).type) == "string"]
+        parts = read(test_data, strings)
         test = parts.get("", parts.get("test"))
         if test is None:
             raise ValueError(f"{test_data}: a DatasetDict without a 'test' split (splits: "
@@ -346,7 +353,8 @@ def read_table(data: str, *, text_column: str, label_column: str,
     for s, r in splits.items():
         for role in ("label", "client"):
             if role in cols[s]:
-                table_values.refuse_blank_variants(cols[s][role], r, columns[role][0])
+                table_values.refuse_blank_variants(cols[s][role], r, columns[role][0],
+                                                   case=role == "label")
 
     train_labels = cols["train"]["label"]
     if label_names is not None and len(set(map(repr, label_names))) < len(label_names):

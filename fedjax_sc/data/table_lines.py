@@ -141,8 +141,10 @@ def _json_cause(path: str, line: int) -> str:
     try:
         obj = json.loads(text)
     except ValueError as e:
-        cut = getattr(e, "pos", 0) >= len(text.rstrip())  # the line ended mid-object
-        return (f" (Python's json: {getattr(e, 'msg', e)} at column {getattr(e, 'colno', '?')}"
+        msg = str(getattr(e, "msg", e)).removesuffix(" at")  # "Unterminated string starting at"
+        # the line ended mid-object, or inside a string that never closes
+        cut = getattr(e, "pos", 0) >= len(text.rstrip()) or msg.startswith("Unterminated")
+        return (f" (Python's json: {msg}, column {getattr(e, 'colno', '?')}"
                 + ("; the line ends before its object is closed: cut short, or an object "
                    "spread over several lines? JSON lines holds one object a line" if cut
                    else "") + ")")

@@ -65,9 +65,11 @@ def as_written(r: Rows, columns: Sequence[str], decimals: Sequence[str] = ()) ->
     return Rows(table, r.path, r.kind, r.rows)
 
 
-def refuse_blank_variants(col: pa.ChunkedArray, r: Rows, column: str) -> None:
-    """Refuses string values that differ only by spaces around them (``pos`` and ``pos ``):
-    each would be a class, or a client, of its own.
+def refuse_blank_variants(col: pa.ChunkedArray, r: Rows, column: str,
+                          case: bool = False) -> None:
+    """Refuses string values that differ only by spaces around them (``pos`` and ``pos ``),
+    or with ``case`` (the labels) by upper and lower case too (``Positive`` and
+    ``positive``): each would be a class, or a client, of its own.
 
     Raises:
       ValueError: naming the row of the second spelling and the first.
@@ -78,11 +80,14 @@ def refuse_blank_variants(col: pa.ChunkedArray, r: Rows, column: str) -> None:
     for i, v in enumerate(col.to_pylist()):
         if v is None:
             continue
-        first = seen.setdefault(v.strip(), (v, i))
+        first = seen.setdefault(v.strip().casefold() if case else v.strip(), (v, i))
         if first[0] != v:
+            how = ("spaces around them" if first[0].strip() == v.strip()
+                   else "case" + (" and spaces" if first[0] != first[0].strip()
+                                  or v != v.strip() else ""))
             raise ValueError(f"{r.where(i)}: column {column!r}: {v!r} and {first[0]!r} "
-                             f"({r.where(first[1])}) differ only by spaces around them; each "
-                             f"would be a value of its own: write it one way")
+                             f"({r.where(first[1])}) differ only by {how}; each would be a "
+                             f"value of its own: write it one way")
 
 
 def refuse_mixed_labels(col: pa.ChunkedArray, classes: list, r: Rows, column: str) -> None:

@@ -118,6 +118,11 @@ def check(c: Any) -> dict[str, Any]:
                          "dirichlet --num-clients 10 --alpha 0.5")
     if c.split_column is not None and c.test_data is not None:
         raise ValueError("--split-column and --test-data: give one test split")
+    if c.allow_empty_clients and c.client_column is not None:
+        raise ValueError("--allow-empty-clients does nothing with --client-column: a client "
+                         "without test rows trains anyway (no Ag^k), and test rows of a "
+                         "client without training rows are scored apart (Ag_unseen); leave "
+                         "it out")
     fraction, split = c.test_fraction, c.test_split
     if c.split_column is not None or c.test_data is not None:
         if fraction is not None or split is not None:

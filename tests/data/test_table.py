@@ -312,13 +312,18 @@ def test_bad_jsonl_and_parquet_name_line_or_row(tmp_path):
     path.write_text('{"text": "a", "label": 1, "domain": "x"}\n'
                     '{"text": "b", "label": 0, "domain": "x"\n'  # cut short
                     '{"text": "c", "label": 0 "domain": "x"}\n')
-    with pytest.raises(ValueError, match=r"d\.jsonl:2: .*Python's json: Expecting ',' delimiter "
-                       r"at column 40; the line ends before its object is closed"):
+    with pytest.raises(ValueError, match=r"d\.jsonl:2: .*Python's json: Expecting ',' delimiter"
+                       r", column 40; the line ends before its object is closed"):
+        read(path)
+    path.write_text('{"text": "a", "label": 1, "domain": "x"}\n{"text": "wor\n'
+                    '{"text": "c", "label": 0, "domain": "x"}\n')  # cut inside a string
+    with pytest.raises(ValueError, match=r"d\.jsonl:2: .*Python's json: Unterminated string "
+                       r"starting, column 10; the line ends before its object is closed"):
         read(path)
     path.write_text('{"text": "a", "label": 1, "domain": "x"}\n'
                     '{"text": "c", "label": 0 "domain": "x"}\n')  # a comma missing
     with pytest.raises(ValueError, match=r"d\.jsonl:2: .*\(Python's json: Expecting ',' "
-                       r"delimiter at column 26\)$"):
+                       r"delimiter, column 26\)$"):
         read(path)
     data = rows(6)
     data[4]["text"] = ""
@@ -350,6 +355,9 @@ def test_bytes_not_utf8_and_an_infinite_label_name_their_line(tmp_path, name, da
     ("label", ["pos", "pos ", "neg", "neg"], r"d\.csv:3: column 'label': 'pos ' and 'pos' "
      r"\(.*d\.csv:2\) differ only by spaces"),
     ("domain", ["u1", " u1", "u2", "u2"], r"d\.csv:3: column 'domain': ' u1' and 'u1'"),
+    ("label", ["positive", "Positive ", "neg", "neg"], r"d\.csv:3: column 'label': "
+     r"'Positive ' and 'positive' \(.*d\.csv:2\) differ only by case and spaces"),
+    ("domain", ["Bob", "bob", "u2", "u2"], None),  # clients: case counts
 ])
 def test_a_csv_keeps_labels_and_clients_as_written(tmp_path, column, values, says):
     data = [{"text": f"words {i}", "label": ["pos", "neg"][i % 2], "domain": "a"}
@@ -360,10 +368,20 @@ def test_a_csv_keeps_labels_and_clients_as_written(tmp_path, column, values, say
     path.write_text("text,label,domain\n" + "".join(
         f"{r['text']},{r['label']},{r['domain']}\n" for r in data))
     if says is None:
-        assert sorted(read(path, test_fraction=0.5).corpora) == ["007", "7"]
+        assert sorted(read(path, test_fraction=0.5).corpora) == sorted(set(values))
         return
     with pytest.raises(ValueError, match=says):
         read(path, test_fraction=0.5)
+
+
+def test_a_test_file_reads_ids_as_the_training_rows_do(tmp_path):
+    train, test = tmp_path / "d.csv", tmp_path / "t.csv"
+    train.write_text("text,label,domain\n" + "".join(
+        f"w{i},{i % 2},{('00123', '123')[i % 2]}\n" for i in range(8)))
+    test.write_text("text,label,domain\nx,0,123\ny,1,00123\n")  # plain ids only here too
+    got = read(train, test_data=str(test))
+    assert sorted(got.corpora) == ["00123", "123"]
+    assert [len(got.corpora[c]["test"]) for c in ("00123", "123")] == [1, 1]
 
 
 def test_labels_mixing_numbers_and_words_name_the_odd_row(tmp_path):
@@ -410,8 +428,8 @@ def test_duplicate_columns_and_type_clashes_name_the_file(tmp_path):
                        r"kind .* \(this file's clients are string, those int64\)"):
         read(train, test_data=str(write(tmp_path / "t.csv", rows(4))))
     words = write(tmp_path / "w.csv", rows(8))  # string labels; the test file's numbers
-    with pytest.raises(ValueError, match=r"n\.csv:2: column 'label': label 1 is of another kind "
-                       r"than .* \(this file's labels are int64, those string\)"):
+    with pytest.raises(ValueError, match=r"n\.csv:2: column 'label': label '1' does not occur "
+                       r"in the classes of the training rows of .*w\.csv"):
         read(words, test_data=str(write(tmp_path / "n.csv", rows(4, labels=(1, 0)))))
     with pytest.raises(ValueError, match=r"d\.csv: column 'label': the classes \[1, 'pos'\] "
                        r"are not all of one type"):

@@ -79,6 +79,8 @@ def test_empty_text_drop_and_keep_through_the_cli(tmp_path, capsys):
     assert cli.main([*base, "--out", str(tmp_path / "keep"), "--empty-text", "keep"]) == 0
     out = capsys.readouterr().out
     assert "N = 20 train / 6 test" in out and "2 rows without a word" in out
+    assert cli.main([*base, "--out", str(tmp_path / "x"), "--allow-empty-clients"]) == 1
+    assert "--allow-empty-clients does nothing with --client-column" in capsys.readouterr().err
     assert cli.main([*base, "--out", str(tmp_path / "x"), "--empty-text", "skip"]) == 1
     assert capsys.readouterr().err.strip() == ("fedjax-sc: error: --empty-text must be one of "
                                                "refuse, drop, keep, got 'skip'")
