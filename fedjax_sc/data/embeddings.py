@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import gzip
 import re
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,9 @@ class EmbeddingInit:
     num_found: int
     source: str
     found: np.ndarray | None = None
+    notes: tuple[str, ...] = ()
+    """What the file's reading has to say beyond the coverage (a word-vector file: its words
+    given twice, whose later lines were not used; words with spaces read)."""
 
 
 def _glove_root() -> Path:
@@ -150,18 +154,31 @@ _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf)", re
 
 
 def _lines(path: Path):
-    """``(lineno, line)`` of a text file (``.gz`` too) read as UTF-8, a leading byte-order
-    mark dropped; a line that is not UTF-8 raises ValueError (``path:lineno``): its word
-    would match no word of the vocabulary, and the run would not say so."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid UTF-8 (byte "
-                                 f"0x{raw[e.start]:02x} at column {e.start + 1}); word-vector "
-                                 f"files are read as UTF-8") from None
+    """``(lineno, line)`` of a text file (gzip too, told by its first bytes) read as UTF-8, a
+    leading byte-order mark dropped; a line that is not UTF-8 raises ValueError
+    (``path:lineno``): its word would match no word of the vocabulary, and the run would not
+    say so. A zip archive, or a gzip stream cut short or damaged, is a ValueError naming the
+    file."""
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic.startswith(b"PK\x03\x04"):
+        raise ValueError(f"{path}: a zip archive (e.g. glove.6B.zip): unzip it and give one "
+                         f"of its .txt files")
+    opener = gzip.open if magic.startswith(b"\x1f\x8b") else open
+    lineno = 0
+    try:
+        with opener(path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                try:
+                    yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"{path}:{lineno}: not valid UTF-8 (byte "
+                                     f"0x{raw[e.start]:02x} at column {e.start + 1}); "
+                                     f"word-vector files are text, read as UTF-8 (a binary "
+                                     f"word2vec .bin file is not read)") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise ValueError(f"{path}:{lineno + 1}: the gzip stream is cut short or damaged "
+                         f"({e})") from None
 
 
 def _fields(line: str) -> list[str]:
@@ -173,9 +190,19 @@ def _fields(line: str) -> list[str]:
 
 def _header(fields: list[str]) -> int | None:
     """d of a word2vec / fastText header line (``count d``), else None."""
-    if len(fields) == 2 and all(x.isdigit() for x in fields):
+    if len(fields) == 2 and all(x.isascii() and x.isdigit() for x in fields):
         return int(fields[1])
     return None
+
+
+def _word_and_values(fields: list[str], dim: int) -> tuple[str, list[str]]:
+    """A line's word and its values: the first field and the rest, or, for a word that holds
+    spaces (GloVe 840B's ``. . .``), the fields before the last ``dim`` when none of them is a
+    number (a row with one value too many stays ragged)."""
+    extra = fields[1:-dim] if len(fields) > dim + 1 else []
+    if extra and not any(_NUMBER.fullmatch(x) for x in extra):
+        return " ".join(fields[:-dim]), fields[-dim:]
+    return fields[0], fields[1:]
 
 
 def vector_dim(path: str | Path) -> int:
@@ -194,8 +221,10 @@ def vector_dim(path: str | Path) -> int:
     first = next(lines, (1, ""))[1]
     lines.close()
     fields = _fields(first)
-    if not first.strip():
+    if not first:
         raise ValueError(f"{path}:1: empty; expected 'word v1 ... vd' per line")
+    if not first.strip():
+        raise ValueError(f"{path}:1: blank line; expected 'word v1 ... vd' per line")
     header = _header(fields)
     if header is not None:
         if not 1 <= header <= MAX_DIM:
@@ -243,19 +272,25 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
     dim = vector_dim(path)
     rows = {w: i for i, w in enumerate(vocab.words) if i not in (PAD, UNK)}
     vectors: dict[int, np.ndarray] = {}
-    first_word = None
+    first_word, promised, count, repeated, spaced = None, None, 0, [], 0
     for lineno, line in _lines(path):
         fields = _fields(line)
         if lineno == 1 and _header(fields) is not None:
-            continue  # word2vec / fastText "count d"
+            promised = int(fields[0])  # word2vec / fastText "count d"
+            continue
         if not line.strip():
             raise ValueError(f"{path}:{lineno}: blank line")
-        word, values = fields[0], fields[1:]
+        word, values = _word_and_values(fields, dim)
         first_word = word if first_word is None else first_word
+        spaced += " " in word
+        count += 1
         if len(values) != dim:
-            raise ValueError(f"{path}:{lineno}: {len(values)} values after {word!r}, "
-                             f"expected {dim} (a ragged row)")
+            given = "the header (line 1)" if promised is not None else "line 1 (the first vector)"
+            raise ValueError(f"{path}:{lineno}: {len(values)} values after {word!r}, expected "
+                             f"{dim}, as {given} gives (a ragged row)")
         row = rows.get(word)
+        if row is not None and row in vectors:
+            repeated.append(lineno)  # the first occurrence is kept
         if row is None or row in vectors:
             continue
         bad = next((v for v in values if not _NUMBER.fullmatch(v)), None)
@@ -267,6 +302,9 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
             raise ValueError(f"{path}:{lineno}: the vector of {word!r} holds a non-finite "
                              f"value (nan or inf, or too large for float32)")
         vectors[row] = vector.astype(np.float32)
+    if promised is not None and promised != count:
+        raise ValueError(f"{path}:1: the header promises {promised:,} words, the file holds "
+                         f"{count:,} (a download cut short?)")
     num_words = len(vocab) - 2
     coverage = len(vectors) / num_words if num_words else 0.0
     if num_words and (not vectors or coverage < MIN_COVERAGE):
@@ -279,8 +317,17 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
     for row, vector in vectors.items():
         matrix[row] = vector
     mask[sorted(vectors)] = True
+    notes = []
+    if repeated:
+        lines = "line" if len(repeated) == 1 else "lines"
+        notes.append(f"{len(repeated):,} {lines} repeat a vocabulary word given earlier "
+                     f"({lines} {', '.join(map(str, repeated[:5]))}"
+                     f"{', ...' if len(repeated) > 5 else ''}): the first vector is used")
+    if spaced:
+        notes.append(f"{spaced:,} {'word' if spaced == 1 else 'words'} with spaces (e.g. GloVe "
+                     f"840B's '. . .') read as the fields before the last {dim} values")
     return EmbeddingInit(matrix=matrix, coverage=coverage, num_found=len(vectors),
-                         source=path.name, found=mask)
+                         source=path.name, found=mask, notes=tuple(notes))
 
 
 def write_word_vectors(path: str | Path, vocab: Vocabulary, init: EmbeddingInit) -> int:

@@ -116,6 +116,8 @@ def build_setup(c: TrainConfig, scene: scenes.Scene,
         log(f"{name}: {emb.num_found} of {len(scene.vocab) - 2} words found "
             f"(coverage {emb.coverage:.1%}, d = {matrix.shape[1]}); the rest get small "
             f"random vectors")
+        for note in emb.notes:
+            log(f"{name}: {note}")
     root = jax.random.key(c.seed)
     init_key, train_key = jax.random.split(root)
     # the clients' states as host views of one client's: a template (the run's feed places

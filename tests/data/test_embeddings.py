@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import gzip
 from pathlib import Path
 
 import numpy as np
@@ -105,12 +106,34 @@ def test_word_vectors_reads_d_from_the_file_and_fills_the_vocabulary(tmp_path):
      r"most 4096"),
     ("foo 1 2 3\nbar 4 5 6\n", r"v.txt: 0 of the vocabulary's 2 words found \(0.0%, at least "
      r"1% needed\); its lines read as a word and 3 values, the first word 'foo'"),
+    ("5 3\nthe 1 2 3\ngood 1 2 3\n", r"v.txt:1: the header promises 5 words, the file holds 2 "
+     r"\(a download cut short\?\)"),
+    ("the 1 2 3 4\ngood 1 2 3\n", r"v.txt:2: 3 values after 'good', expected 4, as line 1 "
+     r"\(the first vector\) gives"),
+    ("\nthe 1 2 3\n", r"v.txt:1: blank line"),
+    (b"PK\x03\x04 zipped", r"v.txt: a zip archive \(e.g. glove.6B.zip\): unzip it"),
+    (gzip.compress(b"the 1 2 3\ngood 1 2 3\n")[:25], r"v.txt:\d+: the gzip stream is cut short "
+     r"or damaged"),
 ])
 def test_bad_word_vector_files_name_their_line(tmp_path, text, match):
     path = tmp_path / "v.txt"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(ValueError, match=match):
         embeddings.word_vectors(path, _vocab("good", "the"))
+
+
+def test_repeated_words_words_with_spaces_and_gzip_told_by_its_bytes(tmp_path):
+    path = tmp_path / "V.TXT.GZ"  # upper case: gzip is told by the file's first bytes
+    path.write_bytes(gzip.compress(b"the 1 2 3\n. . . 7 8 9\ngood 4 5 6\nthe 0 0 0\n"))
+    init = embeddings.word_vectors(path, _vocab("good", "the", ". . ."))
+    vocab = _vocab("good", "the", ". . .")
+    assert init.num_found == 3
+    np.testing.assert_allclose(init.matrix[vocab.index["the"]], [1, 2, 3])  # the first one
+    np.testing.assert_allclose(init.matrix[vocab.index[". . ."]], [7, 8, 9])
+    assert init.notes == (
+        "1 line repeat a vocabulary word given earlier (line 4): the first vector is used",
+        "1 word with spaces (e.g. GloVe 840B's '. . .') read as the fields before the last 3 "
+        "values")
 
 
 def test_training_with_a_word_vector_file(tmp_path):
