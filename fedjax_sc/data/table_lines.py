@@ -6,6 +6,7 @@ Host-side only (the standard library: pyarrow numbers rows within blocks, not li
 from __future__ import annotations
 
 import bz2
+import contextlib
 import csv
 import gzip
 import json
@@ -35,49 +36,51 @@ def invalid_utf8(path: str) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _whole_fields():
+    """Python's csv module without its field size limit (a review may be long), restored
+    after."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(2**31 - 1)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(limit)
+
+
 def csv_rows(path: str, kind: str):
     """``(first line, last line, fields)`` of each non-blank CSV record, header first
     (Python's csv module, only to number the lines that pyarrow reads; a quoted field may
     span lines)."""
-    limit = csv.field_size_limit()
-    csv.field_size_limit(2**31 - 1)
-    try:
-        with open_text(path) as f:
-            reader = csv.reader(f, delimiter="\t" if kind == "tsv" else ",")
-            while True:
-                start = reader.line_num + 1
-                fields = next(reader, None)
-                if fields is None:
-                    return
-                if fields:  # pyarrow skips blank lines
-                    yield start, reader.line_num, fields
-    finally:
-        csv.field_size_limit(limit)
+    with _whole_fields(), open_text(path) as f:
+        reader = csv.reader(f, delimiter="\t" if kind == "tsv" else ",")
+        while True:
+            start = reader.line_num + 1
+            fields = next(reader, None)
+            if fields is None:
+                return
+            if fields:  # pyarrow skips blank lines
+                yield start, reader.line_num, fields
 
 
 def stray_quote(path: str, kind: str) -> str | None:
     """One line naming the first record whose quoting Python's csv module refuses in strict
     mode (a quote inside a quoted field that is not doubled: pyarrow reads on, taking the
     following lines into the field), or None when every record is well quoted."""
-    limit = csv.field_size_limit()
-    csv.field_size_limit(2**31 - 1)
-    try:
-        with open_text(path) as f:
-            reader = csv.reader(f, delimiter="\t" if kind == "tsv" else ",", strict=True)
-            start = 1
-            try:
-                while next(reader, None) is not None:
-                    start = reader.line_num + 1
-            except csv.Error:
-                end = reader.line_num
-                spread = ("" if end == start else f" (on line {end}), so lines {start}-{end} "
-                          f"would read as one record")
-                return (f"{path}:{start}: a quoted field opens on this line and holds a quote "
-                        f"that is not doubled{spread}; double a quote inside a field (\"\") "
-                        f"or leave the field unquoted")
-        return None
-    finally:
-        csv.field_size_limit(limit)
+    with _whole_fields(), open_text(path) as f:
+        reader = csv.reader(f, delimiter="\t" if kind == "tsv" else ",", strict=True)
+        start = 1
+        try:
+            while next(reader, None) is not None:
+                start = reader.line_num + 1
+        except csv.Error:
+            end = reader.line_num
+            spread = ("" if end == start else f" (on line {end}), so lines {start}-{end} "
+                      f"would read as one record")
+            return (f"{path}:{start}: a quoted field opens on this line and holds a quote "
+                    f"that is not doubled{spread}; double a quote inside a field (\"\") "
+                    f"or leave the field unquoted")
+    return None
 
 
 def csv_line(path: str, row: int, kind: str) -> int:

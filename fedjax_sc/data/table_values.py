@@ -50,14 +50,14 @@ def as_written(r: Rows, columns: Sequence[str], decimals: Sequence[str] = ()) ->
             if name not in decimals or not all(_NUMBER.fullmatch(v) for v in given):
                 continue
             numbers = {v: float(v) for v in set(given)}
-            same = {}
+            same: dict[float, tuple[str, int]] = {}  # a number's first spelling, its row
             for i, v in enumerate(values):
-                key = None if v is None or not v.strip() else numbers[v.strip()]
-                if key is not None and same.setdefault(key, v.strip()) != v.strip():
-                    first = values.index(next(w for w in values if w is not None and
-                                              w.strip() == same[key]))
+                if v is None or not v.strip():
+                    continue
+                first = same.setdefault(numbers[v.strip()], (v.strip(), i))
+                if first[0] != v.strip():
                     raise ValueError(f"{r.where(i)}: column {name!r}: {v.strip()!r} is the "
-                                     f"number {same[key]!r} of {r.where(first)} written "
+                                     f"number {first[0]!r} of {r.where(first[1])} written "
                                      f"otherwise; write it one way")
             typed = pa.array([None if v is None or not v.strip() else numbers[v.strip()]
                               for v in values], pa.float64())
