@@ -76,11 +76,18 @@ def refuse_blank_variants(col: pa.ChunkedArray, r: Rows, column: str,
     """
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
         return
+    key = (lambda v: v.strip().casefold()) if case else (lambda v: v.strip())  # noqa: E731
+    spellings: dict[str, int] = {}
+    for v in pc.unique(col).to_pylist():  # the distinct values first: one pass in Arrow
+        if v is not None:
+            spellings[key(v)] = spellings.get(key(v), 0) + 1
+    if all(n == 1 for n in spellings.values()):
+        return
     seen: dict[str, tuple[str, int]] = {}
-    for i, v in enumerate(col.to_pylist()):
+    for i, v in enumerate(col.to_pylist()):  # a clash: the rows of its two spellings
         if v is None:
             continue
-        first = seen.setdefault(v.strip().casefold() if case else v.strip(), (v, i))
+        first = seen.setdefault(key(v), (v, i))
         if first[0] != v:
             how = ("spaces around them" if first[0].strip() == v.strip()
                    else "case" + (" and spaces" if first[0] != first[0].strip()
