@@ -269,8 +269,27 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
         words found (none at all for a vocabulary of fewer than 100 words); ``oov_scale < 0``.
     """
     path = Path(path)
+    stat = path.stat()  # FileNotFoundError; a changed file is read anew
+    num_words, dim, vectors, notes = _vocab_vectors(path, (stat.st_ino, stat.st_mtime_ns,
+                                                          stat.st_size), tuple(vocab.words))
+    init = random_embeddings(len(vocab), dim, seed=seed, scale=oov_scale)
+    matrix, mask = init.matrix, np.zeros(len(vocab), bool)
+    for row, vector in vectors.items():
+        matrix[row] = vector
+    mask[sorted(vectors)] = True
+    return EmbeddingInit(matrix=matrix, coverage=len(vectors) / num_words if num_words else 0.0,
+                         num_found=len(vectors), source=path.name, found=mask, notes=notes)
+
+
+@functools.lru_cache(maxsize=2)
+def _vocab_vectors(path: Path, version: tuple[int, int, int], words: tuple[str, ...]
+                   ) -> tuple[int, int, dict[int, np.ndarray], tuple[str, ...]]:
+    """The checks and lookups of :func:`word_vectors` that do not depend on the seed: the
+    number of the vocabulary's words (but ``<pad>``, ``<unk>``), d, the vectors found (row ->
+    float32 ``[d]``, read-only) and the notes. Cached per process by file, its ``version`` (inode,
+    modification time in ns, size) and vocabulary, so the members of a population read a file once."""
     dim = vector_dim(path)
-    rows = {w: i for i, w in enumerate(vocab.words) if i not in (PAD, UNK)}
+    rows = {w: i for i, w in enumerate(words) if i not in (PAD, UNK)}
     vectors: dict[int, np.ndarray] = {}
     first_word, promised, count, repeated, spaced = None, None, 0, [], 0
     for lineno, line in _lines(path):
@@ -305,18 +324,13 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
     if promised is not None and promised != count:
         raise ValueError(f"{path}:1: the header promises {promised:,} words, the file holds "
                          f"{count:,} (a download cut short?)")
-    num_words = len(vocab) - 2
+    num_words = len(words) - 2
     coverage = len(vectors) / num_words if num_words else 0.0
     if num_words and (not vectors or coverage < MIN_COVERAGE):
         raise ValueError(f"{path}: {len(vectors)} of the vocabulary's {num_words} words found "
                          f"({coverage:.1%}, at least {MIN_COVERAGE:.0%} needed); its lines "
                          f"read as a word and {dim} values, the first word {first_word!r}: "
                          f"not vectors of this corpus's words, or not 'word v1 ... vd' lines")
-    init = random_embeddings(len(vocab), dim, seed=seed, scale=oov_scale)
-    matrix, mask = init.matrix, np.zeros(len(vocab), bool)
-    for row, vector in vectors.items():
-        matrix[row] = vector
-    mask[sorted(vectors)] = True
     notes = []
     if repeated:
         lines = "line" if len(repeated) == 1 else "lines"
@@ -326,8 +340,9 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
     if spaced:
         notes.append(f"{spaced:,} {'word' if spaced == 1 else 'words'} with spaces (e.g. GloVe "
                      f"840B's '. . .') read as the fields before the last {dim} values")
-    return EmbeddingInit(matrix=matrix, coverage=coverage, num_found=len(vectors),
-                         source=path.name, found=mask, notes=tuple(notes))
+    for vector in vectors.values():
+        vector.flags.writeable = False  # shared by the callers of the cache
+    return num_words, dim, vectors, tuple(notes)
 
 
 def write_word_vectors(path: str | Path, vocab: Vocabulary, init: EmbeddingInit) -> int:

@@ -122,9 +122,6 @@ def _empty_text(r: Rows, column: str, empty_text: str) -> tuple[Rows, int, list[
     """``r`` with its rows without text (:func:`_missing`) dropped or kept as ``""``
     (:data:`EMPTY_TEXT`), the number dropped and where the first ones were; ``refuse``
     leaves them to :func:`_check`."""
-    if empty_text not in EMPTY_TEXT:
-        raise ValueError(f"--empty-text must be one of {', '.join(EMPTY_TEXT)}, got "
-                         f"{empty_text!r}")
     if empty_text == "refuse" or column not in r.table.column_names:  # _check names it
         return r, 0, []
     col = _column(r, column, "--text-column")  # one column of a type that holds texts
@@ -223,6 +220,17 @@ def check_test_split(split: str | None, client_column: str | None) -> None:
                          "it needs --client-column (a partition shuffles the rows)")
 
 
+def check_empty_text(empty_text: str) -> None:
+    """Checks ``--empty-text``.
+
+    Raises:
+      ValueError: a value not in :data:`EMPTY_TEXT`.
+    """
+    if empty_text not in EMPTY_TEXT:
+        raise ValueError(f"--empty-text must be one of {', '.join(EMPTY_TEXT)}, got "
+                         f"{empty_text!r}")
+
+
 def _hold_out(corpus: Corpus, fraction: float, seed: int,
               split: str | None = None) -> dict[str, Corpus]:
     """One client's ``min(ceil(fraction * n), n - 1)`` held-out rows of its n. ``random``
@@ -299,6 +307,7 @@ def read_table(data: str, *, text_column: str, label_column: str,
     if split_column is not None and test_data is not None:
         raise ValueError("--split-column and --test-data: give one test split")
     check_test_split(test_split, client_column)
+    check_empty_text(empty_text)
     columns = {"text": (text_column, "--text-column"), "label": (label_column, "--label-column")}
     if client_column is not None:
         columns["client"] = (client_column, "--client-column")

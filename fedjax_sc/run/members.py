@@ -214,14 +214,29 @@ def check_root(root: Path) -> None:
     ours = False
     if index.is_file():
         try:
-            ours = isinstance(json.loads(index.read_text()).get("members"), list)
-        except (ValueError, AttributeError):
+            ours = bool(read_index(index))
+        except ValueError:
             ours = False
     for name in ("population.json", "report.md"):
         if (root / name).exists() and not ours:
             raise FileExistsError(f"{root / name} was not written by a population (no "
                                   f"population.json of one beside it) and a population would "
                                   f"replace it: move it or choose another --out")
+
+
+def read_index(path: Path) -> dict[str, Any]:
+    """A population's ``population.json`` (:func:`write_index`): ``members`` (a list of
+    ``{"folder", "seed", "values", "status"}``), ``grid`` and ``summary``.
+
+    Raises:
+      FileNotFoundError: no such file.
+      ValueError: not valid JSON, or not a population's index (no list of members); names
+        the file.
+    """
+    index = rundir.read_json(path)
+    if not isinstance(index, dict) or not isinstance(index.get("members"), list):
+        raise ValueError(f"{path}: not a population's index (no list of members)")
+    return index
 
 
 def write_index(path: Path, configs: Sequence[TrainConfig], status: Sequence[str],

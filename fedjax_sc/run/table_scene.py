@@ -136,9 +136,7 @@ def check(c: Any) -> dict[str, Any]:
         _table().check_test_split(split, c.client_column)
         split = "random" if split is None and fraction is not None else split
     empty = "refuse" if c.empty_text is None else c.empty_text
-    if empty not in _table().EMPTY_TEXT:
-        raise ValueError(f"--empty-text must be one of {', '.join(_table().EMPTY_TEXT)}, got "
-                         f"{empty!r}")
+    _table().check_empty_text(empty)
     return {"data": _resolve(c.data), "test_fraction": fraction, "test_split": split,
             "empty_text": empty,
             "test_data": None if c.test_data is None else _resolve(c.test_data),

@@ -90,6 +90,27 @@ def test_word_vectors_reads_d_from_the_file_and_fills_the_vocabulary(tmp_path):
         assert (init.num_found, init.coverage, init.source) == (2, 2 / 3, path.name)
 
 
+def test_a_population_reads_a_word_vector_file_once(tmp_path, monkeypatch):
+    """The members of a population (one vocabulary, other seeds) share one reading of the
+    file; their random rows differ by seed; a file changed in between is read anew."""
+    path, read = tmp_path / "v.txt", []
+    path.write_text("good 1 2 3\nbad 4 5 6\n")
+    lines = embeddings._lines
+    monkeypatch.setattr(embeddings, "_lines", lambda p: read.append(p) or lines(p))
+    vocab = _vocab("good", "bad", "movie")
+    a = embeddings.word_vectors(path, vocab, seed=0)
+    once = len(read)
+    b = embeddings.word_vectors(path, vocab, seed=1)
+    assert once > 0 and len(read) == once and a.num_found == b.num_found == 2
+    np.testing.assert_array_equal(a.matrix[a.found], b.matrix[b.found])
+    assert not np.array_equal(a.matrix[vocab.index["movie"]], b.matrix[vocab.index["movie"]])
+    a.matrix[vocab.index["good"]] = 0  # a caller's matrix is its own
+    assert embeddings.word_vectors(path, vocab).matrix[vocab.index["good"]].tolist() == [1, 2, 3]
+    path.write_text("good 7 8 9\nbad 4 5 6 \n")
+    assert embeddings.word_vectors(path, vocab).matrix[vocab.index["good"]].tolist() == [7, 8, 9]
+    assert len(read) == 2 * once
+
+
 @pytest.mark.parametrize("text,match", [
     ("400000 3\nthe 1 2\n", r"v.txt:2: 2 values after 'the', expected 3"),
     ("the 1 2 3\ngood 1 nan 3\n", r"v.txt:2: the vector of 'good' holds a non-finite"),

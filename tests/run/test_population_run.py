@@ -329,3 +329,14 @@ def test_a_members_memory_bound_counts_its_clients_or_asks_for_the_size():
         members.member_bytes(table)
     assert members.member_bytes(dataclasses.replace(table, clients_per_round=4)) == (
         members.member_bytes(small))
+
+
+@pytest.mark.parametrize("text", ['{"grid": []}', "[1, 2]", '{"members": {}}', "{"])
+def test_a_file_that_is_not_a_populations_index_is_named(tmp_path, text):
+    index = tmp_path / "population.json"
+    index.write_text(text)
+    with pytest.raises(ValueError, match=f"^{index}"):
+        members.read_index(index)
+    from fedjax_sc.run.paper.tidy_csv import metrics_csv  # its members are not guessed
+    with pytest.raises(ValueError, match=f"^{index}"):
+        metrics_csv([tmp_path], tmp_path / "m.csv")

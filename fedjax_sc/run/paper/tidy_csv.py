@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fedjax_sc.run import rundir
+from fedjax_sc.run.members import read_index
 from fedjax_sc.run.plumbing.tracking import round_figures
 
 CSV_COLUMNS = ("run", "seed", "phase", "round", "t", "client", "metric", "value")
@@ -27,7 +28,7 @@ def _runs(runs: Sequence[str | Path]) -> list[tuple[str, Path, Any, dict[str, An
         folder = Path(run)
         index = folder / "population.json"
         if index.is_file() and not (folder / "metrics.jsonl").exists():
-            for m in rundir.read_json(index)["members"]:
+            for m in read_index(index)["members"]:
                 out.append((str(folder / m["folder"]), folder / m["folder"], m["seed"],
                             m["values"]))
             continue
