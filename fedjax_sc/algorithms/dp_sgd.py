@@ -145,17 +145,19 @@ def epsilon(noise_multiplier: float, sampling_rate: float, steps: int,
     Args:
       noise_multiplier: z (0 gives infinity).
       sampling_rate: q = B / N^k in (0, 1].
-      steps: local steps the client has taken in all rounds.
+      steps: local steps the client has taken in all rounds (0: a client without data).
       delta: target delta (e.g. 1e-5, below 1 / N^k).
 
     Returns:
-      epsilon (``inf`` for z = 0), or ``None`` when ``dp-accounting`` is not installed.
+      epsilon (0 for no step, ``inf`` for z = 0), or ``None`` when ``dp-accounting`` is not installed.
     """
     try:
         import dp_accounting
         from dp_accounting import rdp
     except ImportError:
         return None
+    if steps == 0:
+        return 0.0  # nothing of the client's was released
     if noise_multiplier == 0:
         return float("inf")
     accountant = rdp.RdpAccountant()

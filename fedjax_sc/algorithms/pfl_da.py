@@ -21,7 +21,31 @@ from fedjax_sc.algorithms.base import Algorithm, Batch, ClientLoss, ClientStart,
 from fedjax_sc.algorithms.kteps import kteps
 from fedjax_sc.algorithms.losses import masked_mean
 from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
-from fedjax_sc.models.private_shared import PrivateSharedClassifier, mode_probabilities
+from fedjax_sc.models.private_shared import (
+    PrivateSharedClassifier,
+    TwoBranchOutput,
+    mode_probabilities,
+)
+
+
+def mixture_log_likelihood(out: TwoBranchOutput, labels: jax.Array) -> jax.Array:
+    """``log p(y|x)`` of the gated mixture ``a p_private + (1 - a) p_shared``, ``a =
+    sigmoid(z)``, in log space: ``logaddexp(log_sigmoid(z) + log_softmax(g_p)_y,
+    log_sigmoid(-z) + log_softmax(g_s)_y)``, so an example the mixture gets badly wrong
+    keeps its gradient (a log of the clipped probability loses it past a logit gap of ~28).
+
+    Args:
+      out: a gated model's output (``gate_logit`` float32 ``[B]``, logits ``[B, C]``).
+      labels: int ``[B]``.
+
+    Returns:
+      float32 ``[B]``, at most 0.
+    """
+    take = lambda logits: jnp.take_along_axis(jax.nn.log_softmax(logits, -1), labels[:, None],
+                                              axis=-1)[:, 0]
+    z = out.gate_logit
+    return jnp.logaddexp(jax.nn.log_sigmoid(z) + take(out.private_logits),
+                         jax.nn.log_sigmoid(-z) + take(out.shared_logits))
 
 
 def pfl_da_loss(model: PrivateSharedClassifier) -> ClientLoss:
@@ -36,8 +60,7 @@ def pfl_da_loss(model: PrivateSharedClassifier) -> ClientLoss:
         del rng, start
         out = model.apply({"params": params}, batch.tokens)
         mixture = mode_probabilities(out)["sp"]
-        picked = jnp.take_along_axis(mixture, batch.labels[:, None], axis=-1)[:, 0]
-        nll = -jnp.log(jnp.maximum(picked, 1e-12))
+        nll = -mixture_log_likelihood(out, batch.labels)
         ce_s = optax.softmax_cross_entropy_with_integer_labels(out.shared_logits, batch.labels)
         correct = (jnp.argmax(mixture, -1) == batch.labels).astype(jnp.float32)
         return masked_mean(nll + ce_s, batch.mask), {

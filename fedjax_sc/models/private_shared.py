@@ -56,14 +56,22 @@ class TwoBranchOutput(NamedTuple):
       private_logits: g_p ``[batch, C]``.
       shared_features: o_s ``[batch, f]`` (after P_s when ``projection``; Eq. 6).
       private_features: o_p ``[batch, f]`` (after P_p when ``projection``).
-      gate: ``[batch]`` weight of the private branch in (0, 1) (PFL-DA), or None.
+      gate_logit: ``[batch]`` the gate's logit z, the private branch weighted by
+        ``sigmoid(z)`` (PFL-DA), or None. A loss takes ``log_sigmoid(z)`` and
+        ``log_sigmoid(-z)`` from it, finite where ``log(gate)`` would not be.
     """
 
     shared_logits: jax.Array
     private_logits: jax.Array
     shared_features: jax.Array
     private_features: jax.Array
-    gate: jax.Array | None
+    gate_logit: jax.Array | None
+
+    @property
+    def gate(self) -> jax.Array | None:
+        """``[batch]`` weight of the private branch in (0, 1), ``sigmoid(gate_logit)``
+        (PFL-DA), or None."""
+        return None if self.gate_logit is None else jax.nn.sigmoid(self.gate_logit)
 
 
 class PrivateSharedClassifier(nn.Module):
@@ -146,12 +154,12 @@ class PrivateSharedClassifier(nn.Module):
             o_priv = with_user(seq_mean(self.private_encoder(words, mask), mask), self.user,
                                personal=True)
         o_p = self.private_projection(o_priv) if self.projection else o_priv
-        gate = None
+        gate_logit = None
         if self.gate is not None:
-            gate = nn.sigmoid(self.gate(jnp.concatenate([o_s, o_p], -1))[:, 0])
+            gate_logit = self.gate(jnp.concatenate([o_s, o_p], -1))[:, 0]
         f32 = lambda x: None if x is None else x.astype(jnp.float32)
         return TwoBranchOutput(self.shared_classifier(o_s), self.private_classifier(o_p),
-                               f32(o_s), f32(o_p), f32(gate))
+                               f32(o_s), f32(o_p), f32(gate_logit))
 
     def global_logits(self, tokens: jax.Array) -> jax.Array:
         """Logits g_s of the global model: the shared branch alone, FURL's vector zero.

@@ -3,7 +3,6 @@ the Markdown table printed at the end of ``fedjax-sc train``."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -12,6 +11,7 @@ from fedjax_sc.algorithms import dp_sgd
 from fedjax_sc.core import personalize
 from fedjax_sc.core.evaluate import accuracy_list, mean_accuracy
 from fedjax_sc.data import scenes
+from fedjax_sc.run.ranges import local_work
 
 
 def make_report(c: Any, scene: scenes.Scene, ag: np.ndarray | None,
@@ -78,9 +78,14 @@ def format_table(report: dict[str, Any]) -> str:
 def dp_report(c: Any, scene: scenes.Scene) -> dict[str, Any]:
     """Each client's DP-SGD privacy after ``c.rounds`` rounds: noise multiplier z, sampling
     rate q = B / N^k, local steps and epsilon at ``c.dp_delta`` (RDP accountant of
-    ``dp-accounting``; ``None`` when it is not installed, with the reason in ``note``)."""
-    counts = scene.counts("train")
-    steps = [c.rounds * c.local_epochs * math.ceil(int(n) / c.batch_size) for n in counts]
+    ``dp-accounting``; ``None`` when it is not installed, with the reason in ``note``).
+
+    The steps are an upper bound, so epsilon is too: every round, the most a client can take
+    (E ceil(N^k / B), or ``--local-steps``' N or HI, :meth:`LocalWork.scan_length`); a
+    client that sits out rounds (sampling, dropout, straggling) spends less."""
+    counts, work = scene.counts("train"), local_work(c)
+    steps = [c.rounds * work.scan_length(c.batch_size, c.local_epochs, int(n)) if n else 0
+             for n in counts]
     rates = [min(1.0, c.batch_size / max(int(n), 1)) for n in counts]
     eps = [dp_sgd.epsilon(c.dp_noise, q, t, c.dp_delta) for q, t in zip(rates, steps)]
     if any(e is None for e in eps):
@@ -132,11 +137,12 @@ def round_row(r: int, m: Any, ag: np.ndarray | None, personal: dict[str, np.ndar
       seconds: the round's wall time.
       comm: the communication summary (None for centralised training).
       clients: the indices of the sampled clients (partial participation), else None.
-      hetero: heterogeneous clients: the train loss and aux means cover the clients that
-        ran at least one step (``participants`` counts them), and are None when none did
-        (every client dropped out); without, every client.
+      hetero: heterogeneous clients: ``local_steps_per_client`` and ``participants`` (the
+        clients that ran at least one step) are recorded. Either way the train loss and aux
+        means cover the clients that ran a step (not one without training data), and are
+        None when none did (every client dropped out).
     """
-    took_part = m.steps > 0 if hetero else np.ones_like(m.steps, bool)
+    took_part = m.steps > 0
     mean = lambda v: float(np.mean(v[took_part])) if took_part.any() else None  # noqa: E731
     row = {"phase": "round", "round": r, "train_loss": mean(m.train_loss),
            "Ag": None if ag is None else mean_accuracy(ag),

@@ -41,6 +41,7 @@ from fedjax_sc.core import central as central_trainers
 from fedjax_sc.core import communication, population, sharding
 from fedjax_sc.core.evaluate import make_evaluate, make_personal_evaluate
 from fedjax_sc.core.feed import CompiledRounds, PopulationFeed
+from fedjax_sc.core.local import all_finite
 from fedjax_sc.core.round import build_round
 from fedjax_sc.data.client_data import client_data
 from fedjax_sc.run import cross_device, folders, loading, members, rundir
@@ -313,10 +314,14 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, checked: processes.Agreem
 
         def placed(states, private, data, keys, values):  # outputs placed as the inputs
             states, private, metrics = step(states, private, data, keys, values)
+            # each member's server state after the aggregate and the server optimizer: the
+            # clients' checks (metrics.finite) do not see a server step that diverges
+            server_finite = jax.vmap(all_finite)(states)
             return (jax.lax.with_sharding_constraint(
                         states, sharding.member_sharding(mesh, clients=False)),
                     jax.lax.with_sharding_constraint(
-                        private, sharding.member_sharding(mesh, clients=True)), metrics)
+                        private, sharding.member_sharding(mesh, clients=True)), metrics,
+                    server_finite)
 
         data, private = feed.inputs(feed.sample(start + 1))
         # the round replaces the server and client states: XLA may reuse their buffers
@@ -332,8 +337,10 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, checked: processes.Agreem
         data, private = feed.inputs(idxs)
         values = p.hparams if lr_at is None else {  # the scheduled lr of round r, traced
             **p.hparams, "lr": np.asarray([m.lr * lr_at(r) for m in cs], np.float32)}
-        new_state, new_client_states, ms = round_step(state, private, data, p.keys, values)
+        new_state, new_client_states, ms, server_finite = round_step(state, private, data,
+                                                                    p.keys, values)
         ms = sharding.local(ms)  # the metrics of every process's clients
+        server_finite = np.asarray(sharding.local(server_finite))
         for i, idx in enumerate(idxs):
             m = jax.tree.map(lambda x: np.asarray(x)[i, :len(idx)], ms)
             if status[i] == "running" and not m.finite.all():
@@ -342,11 +349,21 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, checked: processes.Agreem
                        else "all clients pooled")
                 error = (f"round {r}: client {int(idx[k])} ({who}) produced a non-finite update "
                          f"(mean local loss {float(m.train_loss[k])}); round {r} was not "
-                         f"saved (the folder keeps the last checkpoint). Try a smaller --lr.")
-                if size == 1:
-                    raise NonFiniteUpdateError(error)
-                say[i](f"{error} This member stops; the others go on.")
-                status[i] = f"diverged at round {r}"
+                         f"saved (the folder keeps the last checkpoint). Try a smaller --lr"
+                         + (" or --server-lr (a global model whose scores overflow gives "
+                            "every client a nan loss)." if cs[i].server_opt else "."))
+            elif status[i] == "running" and not server_finite[i]:
+                error = (f"round {r}: the server's update made the global model non-finite "
+                         f"(the clients' updates were finite: the aggregate or the server "
+                         f"optimizer's step diverged); round {r} was not saved (the folder "
+                         f"keeps the last checkpoint). Try a smaller --server-lr or the "
+                         f"algorithm's server settings.")
+            else:
+                continue
+            if size == 1:
+                raise NonFiniteUpdateError(error)
+            say[i](f"{error} This member stops; the others go on.")
+            status[i] = f"diverged at round {r}"
         feed.update(idxs, new_client_states, [s == "running" for s in status])
         if "running" not in status:
             raise NonFiniteUpdateError(f"round {r}: every member of the population diverged")

@@ -1,5 +1,6 @@
 """KTEPS* in the compiled round, communication accounting, the probe and the Table 7 grid."""
 
+import dataclasses
 import importlib.util
 import json
 
@@ -170,3 +171,16 @@ def test_table7_grid_runs_skips_and_compares_with_the_paper(tmp_path, capsys):
     assert "| d2 = 5 (0.75 d) |" in table and "starting" in first
     assert cli.main([*args[:-4], "--d1", "7", "--out", str(tmp_path / "g2")]) == 1
     assert "is empty" in capsys.readouterr().err
+
+
+def test_the_dp_report_counts_the_most_local_steps_a_client_can_take():
+    """epsilon is an upper bound over the steps a client can take: E ceil(N^k / B) a round,
+    or --local-steps' N (or HI of LO:HI), whatever its data."""
+    import types
+
+    from fedjax_sc.run.report import dp_report
+    scene = types.SimpleNamespace(counts=lambda split: np.asarray([12, 3, 0]))
+    base = TrainConfig(**TINY, rounds=2, dp_clip=1.0, dp_noise=1.0)
+    assert dp_report(base, scene)["steps"] == [6, 2, 0]  # 2 rounds x 1 epoch x ceil(N / 4)
+    for steps, want in (("20", [40, 40, 0]), ("1:5", [10, 10, 0])):
+        assert dp_report(dataclasses.replace(base, local_steps=steps), scene)["steps"] == want

@@ -146,6 +146,30 @@ def test_non_finite_update_stops_the_run_naming_round_and_client(tmp_path):
     assert not list((tmp_path / "nan/checkpoints").glob("1"))
 
 
+def test_a_server_step_that_diverges_stops_the_run_and_is_not_saved(tmp_path):
+    """The clients' updates are finite; the server optimizer's step is not: the round is
+    neither saved nor scored (a nan model would score its class 0's share)."""
+    with pytest.raises(NonFiniteUpdateError, match=r"round 1: the server's update made the "
+                       r"global model non-finite .* round 1 was not saved"):
+        train(TrainConfig(**TINY, rounds=2, ap=False, server_opt="sgd", server_lr=1e39,
+                          out=str(tmp_path / "nan")), log=_quiet)
+    assert not list((tmp_path / "nan/checkpoints").glob("1"))
+    # finite but huge: round 2's clients all go nan, and the message names --server-lr
+    with pytest.raises(NonFiniteUpdateError, match=r"round 2: client .* or --server-lr"):
+        train(TrainConfig(**TINY, rounds=2, ap=False, server_opt="sgd", server_lr=1e38,
+                          out=str(tmp_path / "huge")), log=_quiet)
+
+
+def test_a_model_with_non_finite_scores_classifies_nothing():
+    import jax.numpy as jnp
+
+    from fedjax_sc.core.evaluate import example_hits
+    scores = lambda params, x: jnp.where(x[:, :1] > 0, jnp.nan, 0.0) * jnp.ones((1, 2))
+    hits = example_hits(scores, None, jnp.asarray([[1], [0], [0]]), jnp.zeros(3, jnp.int32),
+                        jnp.asarray([True, True, False]), batch_size=2)
+    assert hits.tolist() == [False, True, False]  # nan scores, class 0 by argmax, padding
+
+
 def test_cli_train_and_errors(tmp_path, capsys):
     args = ["train", "--synthetic-clients", "2", "--synthetic-train", "12", "--synthetic-test",
             "6", "--max-len", "8", "--embed-dim", "6", "--hidden", "3", "--mlp-hidden", "4",
