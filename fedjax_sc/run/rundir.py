@@ -375,13 +375,26 @@ def remove_file(path: Path) -> None:
 
 def never_trained(out: Path) -> bool:
     """Whether run folder ``out`` holds a run's config.json but nothing it trained: no
-    checkpoint, no report and no round in ``metrics.jsonl`` (round 1 never completed: a failed
-    first compile, a crash, a divergence), so that starting it afresh loses nothing."""
+    checkpoint, no report and no round past 1 in ``metrics.jsonl`` (round 1 never completed:
+    a failed first compile, a crash, a divergence, or a stop between round 1's metrics line
+    and its checkpoint, a line that training round 1 again writes anew), so that starting it
+    afresh loses nothing."""
     metrics = out / "metrics.jsonl"
-    rounds = (metrics.exists()
-              and any('"round"' in line for line in metrics.read_text().splitlines()))
+    later = metrics.exists() and any(
+        _round_of(line) > 1 for line in metrics.read_text().splitlines())
     return ((out / "config.json").exists() and last_round(out) is None
-            and not (out / "report.json").exists() and not rounds)
+            and not (out / "report.json").exists() and not later)
+
+
+def _round_of(line: str) -> int:
+    """The round of a ``metrics.jsonl`` line of training (0: another line, or one cut
+    short)."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return 0
+    is_round = isinstance(row, dict) and row.get("phase") == "round"
+    return int(row.get("round", 0)) if is_round else 0
 
 
 def last_round(out: Path) -> int | None:

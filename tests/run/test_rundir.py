@@ -380,3 +380,35 @@ def test_copy_training_leaves_no_half_run_when_cut_short(tmp_path, monkeypatch):
     rundir.copy_training(source, mine)
     assert sorted(p.name for p in mine.iterdir()) == ["checkpoints", "config.json",
                                                       "metrics.jsonl", "notes.txt", "vocab.json"]
+
+
+def test_a_run_stopped_between_round_1s_line_and_its_checkpoint_starts_again(tmp_path,
+                                                                           capsys):
+    """metrics.jsonl gets round r's line before checkpoint r is written; a stop between the
+    two in round 1 leaves a line and no checkpoint: --resume trains it again from round 0
+    (the line is written anew), where it once refused for want of a checkpoint."""
+    data = write_fdu(tmp_path / "d")
+    out = tmp_path / "run"
+    train(tiny(data, out, rounds=2, ap=False), log=_quiet)
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    for f in ("report.json", "report.md", "convergence.png"):
+        (out / f).unlink(missing_ok=True)
+    import shutil
+    shutil.rmtree(out / "checkpoints")
+    (out / "checkpoints/1.orbax-checkpoint-tmp-1234").mkdir(parents=True)
+    (out / "metrics.jsonl").write_text(lines[0] + "\n" + '{"phase": "round", "rou')
+    assert rundir.never_trained(out)
+    assert not rundir.never_trained(tmp_path / "d")  # no config.json
+    flags = ["train", "--scene", "fdu", "--data-dir", str(data), "--domains", "apparel", "MR",
+             "--max-len", "6", "--vocab-size", "50", "--embed-dim", "4", "--hidden", "3",
+             "--mlp-hidden", "4", "--batch-size", "4", "--local-epochs", "1", "--no-ap",
+             "--rounds", "2", "--out", str(out), "--resume"]
+    assert cli.main(flags) == 0
+    assert "(round 1 never completed): trained again from round 0" in capsys.readouterr().out
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows if r["phase"] == "round"] == [1, 2]
+    assert rows[0]["train_loss"] == first["train_loss"]
+    (out / "metrics.jsonl").write_text("\n".join(lines[:2]) + "\n")  # round 2 was recorded
+    shutil.rmtree(out / "checkpoints")
+    assert not rundir.never_trained(out)
