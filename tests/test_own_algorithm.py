@@ -171,15 +171,18 @@ def test_a_checkpoint_of_another_structure_is_refused_and_left_in_place(tmp_path
     monkeypatch.setattr(context, "_LOADED", {})
     capsys.readouterr()
     assert cli.main([*args, "--resume"]) == 1
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "the rounds to come train with it" not in captured.out  # refused, so not said
+    err = captured.err
     assert "holds states of another structure than this run's (this run has " \
            "['server_algorithm'] float32[3], which the checkpoint lacks)" in err
     assert "nothing was moved" in err.splitlines()[-1]
     assert not (tmp_path / "run" / "corrupt-checkpoints").exists()
     assert (tmp_path / "run" / "checkpoints" / "1").is_dir()
-    own.write_text(plain)
+    own.write_text(plain + "# a comment\n")  # edited, same states: resumed, and told
     monkeypatch.setattr(context, "_LOADED", {})
     assert cli.main([*args, "--resume"]) == 0
+    assert "the rounds to come train with it as it is now" in capsys.readouterr().out
 
 
 def test_overwrite_keeps_the_earlier_run_when_the_new_round_fails_to_trace(tmp_path, capsys,
@@ -297,3 +300,29 @@ def test_the_compressed_uploads_example_sends_what_its_compressor_says(tmp_path)
         ratios[name] = report["communication"]["upload_sent_over_dense"]
     # a tenth of the entries as values and int32 indices; 4-bit codes and two float32 bounds
     assert 0.15 < ratios["top_tenth"] <= 0.3 and ratios["four_bits"] < 0.3
+
+
+def test_a_saved_relative_algorithm_file_not_found_elsewhere_is_named(tmp_path, capsys,
+                                                                     monkeypatch):
+    """config.json keeps FILE.py:F as given, relative to where the run started; a rerun with
+    --config from another folder is told where fingerprint.json says the file is."""
+    start, elsewhere = tmp_path / "start", tmp_path / "elsewhere"
+    start.mkdir(), elsewhere.mkdir()
+    (start / "mine.py").write_text("import fedjax_sc as fsc\ndef build(context):\n"
+                                   "    return fsc.fedavg(context.text_classifier(), "
+                                   "context.learning_rate)\n")
+    monkeypatch.chdir(start)
+    monkeypatch.setattr(context, "_LOADED", {})
+    assert cli.main(["train", "--algorithm", "mine.py:build", *TINY, "--rounds", "1",
+                     "--no-ap", "--out", str(tmp_path / "run")]) == 0
+    monkeypatch.chdir(elsewhere)
+    config = tmp_path / "run" / "config.json"
+    capsys.readouterr()
+    assert cli.main(["train", "--config", str(config), "--out", str(tmp_path / "again")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"fedjax-sc: error: --config {config}: --algorithm mine.py:build is relative to the "
+        f"folder the run was started in and is not found here; {config.parent}/"
+        f"fingerprint.json records the file as {start / 'mine.py'}: add --algorithm "
+        f"{start / 'mine.py'}:build, or run from that folder")
+    assert cli.main(["train", "--config", str(config), "--algorithm",
+                     f"{start / 'mine.py'}:build", "--out", str(tmp_path / "again")]) == 0

@@ -173,11 +173,40 @@ def merge(path: str, args: dict[str, Any], given: set[str]) -> tuple[dict[str, A
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     defaulted = [k for k in args if k in fields and k not in keep and k not in saved]
     merged = {k: (v if k in keep or k not in saved else saved[k]) for k, v in args.items()}
+    if "algorithm" not in given:
+        _find_algorithm_file(Path(path), merged.get("algorithm"))
     if "algorithm_options" in given and isinstance(saved.get("algorithm_options"), dict):
         # --algorithm-option NAME=VALUE sets that option; the saved run's others stay
         merged["algorithm_options"] = {**saved["algorithm_options"],
                                        **args["algorithm_options"]}
     return {k: tuple(v) if isinstance(v, list) else v for k, v in merged.items()}, defaulted
+
+
+def _find_algorithm_file(config: Path, spec: Any) -> None:
+    """A saved ``FILE.py:F`` is relative to the folder the run was started in; rerun from
+    another folder, it is not found there. Where the run's fingerprint.json records the file
+    (:func:`fedjax_sc.run.loading.fingerprint`) and it exists, the error names it.
+
+    Raises:
+      ValueError: ``spec`` is a relative file that does not exist here while the recorded
+        one does.
+    """
+    from fedjax_sc.algorithms.context import is_spec
+    if not is_spec(spec):
+        return
+    where, _, function = spec.rpartition(":")
+    if not where.endswith(".py") or Path(where).is_absolute() or Path(where).exists():
+        return
+    index = config.parent / "fingerprint.json"
+    try:
+        recorded = Path(read_json(index)["algorithm"]["file"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # the loader's own error names the spec
+    if recorded.is_file():
+        raise ValueError(f"--config {config}: --algorithm {spec} is relative to the folder "
+                         f"the run was started in and is not found here; {index} records "
+                         f"the file as {recorded}: add --algorithm {recorded}:{function}, "
+                         f"or run from that folder")
 
 
 def config_from_json(fields: dict[str, Any]) -> TrainConfig:

@@ -48,6 +48,7 @@ def prepare(cs: list[TrainConfig], scene: scenes.Scene, files: list[Path], state
     """
     vocab_json = scene.vocab.to_json()
     data_print = loading.fingerprint(cs[0], files, vocab_json)
+    notes = []  # told once the checkpoints restore (a changed file may change the states)
     for m in cs:
         out = Path(m.out)
         if m.resume:
@@ -60,7 +61,7 @@ def prepare(cs: list[TrainConfig], scene: scenes.Scene, files: list[Path], state
                                  f"--rounds {m.rounds}")
             note = rundir.check_resume_data(out, data_print, vocab_json)
             if note:
-                log(note)
+                notes.append(note)
     checked.reached()  # every process: nothing was changed before this point
     found = []  # (round, states) of each resumed member's newest intact checkpoint
     for i, m in enumerate(cs):  # every member verified before any file is removed
@@ -75,6 +76,8 @@ def prepare(cs: list[TrainConfig], scene: scenes.Scene, files: list[Path], state
                        f"then resume the population")
                 raise CheckpointError(f"--resume: no checkpoint in {out / 'checkpoints'} "
                                       f"restores intact (moved to corrupt-checkpoints/); {fix}")
+    for note in notes:
+        log(note)
     for m in cs:
         out = Path(m.out)
         if m.resume:

@@ -279,6 +279,11 @@ def check_out_dir(out: Path, c: TrainConfig) -> None:
                                   f") but no config.json; pass --overwrite (fsc.train: "
                                   f"overwrite=True) to replace it, or choose another --out")
         return
+    if not c.resume and never_trained(out):
+        raise FileExistsError(f"{out} holds a run that never completed round 1; pass --resume "
+                              f"to train it again from round 0 (its settings must match), "
+                              f"--overwrite to replace it (fsc.train: resume=True, "
+                              f"overwrite=True), or choose another --out")
     if not c.resume:
         raise FileExistsError(f"{out} already holds a run; pass --resume to continue it, "
                               f"--overwrite to replace it (fsc.train: resume=True, "

@@ -42,7 +42,8 @@ def _member(folder: Path) -> dict[str, float | None] | None:
             if row.get("phase") == "round" and row.get("Ag") is not None:
                 rounds.append(row["Ag"])
     return {"Ag": report.get("Ag"), "Ap": report.get("Ap"),
-            "Ag_last10": float(np.mean(rounds[-LAST:])) if rounds else None}
+            "Ag_last10": float(np.mean(rounds[-LAST:])) if rounds else None,
+            "last_rounds": min(len(rounds), LAST)}
 
 
 def _spread(values: list[float]) -> dict[str, float | None] | None:
@@ -57,8 +58,9 @@ def summarize(root: str | Path, index: dict[str, Any]) -> list[dict[str, Any]]:
 
     Returns:
       One dict per grid point, in the members' order: ``values``, ``seeds``, ``finished``
-      (the number of seeds with a report) and per figure of :data:`FIGURES` ``{"mean",
-      "std"}`` (std None for one seed) or None where no seed has it.
+      (the number of seeds with a report), per figure of :data:`FIGURES` ``{"mean",
+      "std"}`` (std None for one seed) or None where no seed has it, and ``last_rounds``,
+      the fewest rounds a finished seed's ``Ag_last10`` averages (None: none finished).
     """
     points: dict[str, dict[str, Any]] = {}
     for m in index["members"]:
@@ -72,7 +74,8 @@ def summarize(root: str | Path, index: dict[str, Any]) -> list[dict[str, Any]]:
     for point in points.values():
         runs = point.pop("runs")
         summary.append({**point, "finished": len(runs), **{
-            f: _spread([r[f] for r in runs if r[f] is not None]) for f in FIGURES}})
+            f: _spread([r[f] for r in runs if r[f] is not None]) for f in FIGURES},
+            "last_rounds": min((r["last_rounds"] for r in runs), default=None)})
     return summary
 
 
@@ -84,7 +87,10 @@ def markdown(summary: list[dict[str, Any]], grid: list[str]) -> str:
         return f"{100 * s['mean']:.1f}" + ("" if s["std"] is None else
                                            f" +- {100 * s['std']:.1f}")
 
-    head = list(grid) + ["seeds", "finished", "Ag", "Ap", f"Ag, last {LAST} rounds"]
+    # a shorter run averages its rounds so far: the header says how many (the fewest)
+    last = min((p["last_rounds"] for p in summary if p.get("last_rounds")), default=LAST)
+    head = list(grid) + ["seeds", "finished", "Ag", "Ap",
+                         f"Ag, last {last} round{'s' if last != 1 else ''}"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in summary:
         lines.append("| " + " | ".join(

@@ -118,6 +118,8 @@ def test_a_built_in_algorithm_refuses_options(tmp_path, capsys):
     ("fedavg", ["--grid", "moon_mu=1,5"], "--moon-mu is not read by --algorithm fedavg"),
     ("fedavg", ["--grid", "moon-mu=1,5"], "--moon-mu is not read by --algorithm fedavg"),
     ("SPEC", ["--temperature", "2"], "--temperature is not read by --algorithm "),
+    ("SPEC", ["--grid", "prox_mu=0.5,1"], "leave it out (an option of your algorithm's own, "
+     "--algorithm-option or --grid NAME=..., needs a name other than the library's prox_mu)"),
     ("fedavg", ["--server-lr", "0.5"], "--server-lr is read only with --server-opt"),
     ("fedavg", ["--grid", "server_momentum=0.5,0.9"], "--server-momentum is read only with "
      "--server-opt"),
@@ -179,8 +181,12 @@ def test_a_run_whose_first_round_failed_resumes_from_round_0(tmp_path, capsys):
     path.write_text(SCALED)  # the bug mended, the same command with --resume
     from fedjax_sc.algorithms import context
     context._LOADED.clear()  # a new process would load the file afresh
+    command = ["train", "--algorithm", f"{path}:scaled", *TINY, "--out", str(out)]
+    assert cli.main(command) == 1  # without --resume: told that --resume starts it again
+    assert (f"{out} holds a run that never completed round 1; pass --resume to train it again "
+            f"from round 0") in capsys.readouterr().err
     (out / "notes.txt").write_text("mine")  # a file of the user's: refused, in --resume terms
-    command = ["train", "--algorithm", f"{path}:scaled", *TINY, "--out", str(out), "--resume"]
+    command.append("--resume")
     assert cli.main(command) == 1
     captured = capsys.readouterr()
     assert "never completed round 1" not in captured.out  # no restart announced

@@ -70,7 +70,11 @@ def _check_summary(pop, index):
         assert point["Ag"]["mean"] == pytest.approx(np.mean(ags))
         assert point["Ag"]["std"] == pytest.approx(np.std(ags, ddof=1))
         assert point["Ap"]["mean"] is not None and point["Ag_last10"]["mean"] is not None
-    assert "| lr | seeds | finished | Ag | Ap |" in (pop / "report.md").read_text()
+        rounds = len(_rounds(pop / index["members"][0]["folder"] / "metrics.jsonl"))
+        assert point["last_rounds"] == min(rounds, 10)
+    rounds = index["summary"][0]["last_rounds"]  # a short run's header says how many
+    assert (f"| lr | seeds | finished | Ag | Ap | Ag, last {rounds} round"
+            in (pop / "report.md").read_text())
     assert cli.main(["results", "export", str(pop), "--csv", str(pop / "m.csv")]) == 0
     rows = list(csv.DictReader((pop / "m.csv").open()))
     assert list(rows[0])[:3] == ["run", "seed", "lr"]

@@ -28,6 +28,7 @@ from fedjax_sc.algorithms import (
 )
 from fedjax_sc.algorithms.asp import asp
 from fedjax_sc.algorithms.base import MULTITASK_SCHEDULES
+from fedjax_sc.algorithms.context import is_spec
 from fedjax_sc.algorithms.fedavg import fedavg
 from fedjax_sc.algorithms.fedfusion import fedfusion
 from fedjax_sc.algorithms.kteps import kteps
@@ -216,9 +217,12 @@ def refuse_unread(name: str, fields: Iterable[str]) -> None:
     for field in sorted(fields):
         option = options.get(field)
         if option is not None and not reads(name, option):
+            own = (f" (an option of your algorithm's own, --algorithm-option or --grid "
+                   f"NAME=..., needs a name other than the library's {field})"
+                   if is_spec(name) else "")
             raise ValueError(f"{flag(field)} is not read by --algorithm {name} (only by "
                              f"{', '.join(READ_BY[option])}): the run would be the same "
-                             f"without it; leave it out")
+                             f"without it; leave it out{own}")
 
 
 
