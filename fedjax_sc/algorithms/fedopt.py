@@ -1,5 +1,5 @@
 """FedOpt server updates (Reddi et al. 2021, "Adaptive Federated Optimization", Alg. 2; used by
-FedNLP, seed paper 002, Sec. 4).
+FedNLP, Lin et al. 2022, Sec. 4).
 
 The server treats the negated weighted mean client update as a gradient, the pseudo-gradient
 ``Delta = params - aggregate``, and applies an optax optimizer to it:

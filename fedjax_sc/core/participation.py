@@ -1,5 +1,5 @@
 """Partial participation: M of N clients per round (McMahan et al. 2017, Alg. 1 "S_t <- random
-set of m clients"; FedNLP, seed paper 002).
+set of m clients"; FedNLP, Lin et al. 2022).
 
 Each round the host samples M client indices, gathers their rows of the (host-side) client data
 and private state, the compiled round runs on those M, and the new private state is scattered
@@ -33,22 +33,32 @@ SAMPLINGS = ("uniform", "size")
 
 def sample_clients(seed: int, round_index: int, counts: np.ndarray, num_sampled: int,
                    sampling: str = "uniform") -> np.ndarray:
-    """The clients taking part in one round, drawn without replacement.
+    """The clients taking part in one round.
+
+    ``uniform``: M distinct clients, every client equally likely (McMahan et al. 2017), to be
+    aggregated with weights N^k. ``size``: M independent draws with probability N^k / N, with
+    replacement (Li et al. 2020, "On the convergence of FedAvg on non-IID data", scheme I),
+    each draw weighed 1 / M, so that the expected aggregate is the full N^k-weighted mean
+    (:func:`aggregation_weights`). A client drawn twice holds two slots of the round: it
+    trains twice from the same model with the keys of its two slots, both updates count, and
+    its state is its later slot's (:func:`write`). (Drawn without replacement, the equal
+    weights would favour the small clients: at N^k = 10, 10, 80 and M = 2 the expected
+    weights are 0.25, 0.25, 0.49 instead of 0.1, 0.1, 0.8.)
 
     Args:
       seed: the run's seed.
       round_index: the round (1-based as in the logs; any int works).
       counts: int ``[N]``, N^k of every client.
       num_sampled: M, 1 <= M <= N.
-      sampling: ``uniform`` (every client equally likely) or ``size`` (probability
-        proportional to N^k, sequentially without replacement as ``numpy``'s ``choice``).
+      sampling: ``uniform`` or ``size``.
 
     Returns:
-      int64 ``[M]``, sorted client indices, all distinct.
+      int64 ``[M]``, sorted client indices: distinct under ``uniform``, possibly repeated
+      under ``size`` (never a client without data).
 
     Raises:
-      ValueError: M outside ``[1, N]`` (or more than the clients with data under ``size``),
-        or an unknown sampling.
+      ValueError: M outside ``[1, N]``, no client with data under ``size``, or an unknown
+        sampling.
     """
     counts = np.asarray(counts)
     n = len(counts)
@@ -56,20 +66,19 @@ def sample_clients(seed: int, round_index: int, counts: np.ndarray, num_sampled:
         raise ValueError(f"unknown sampling {sampling!r}; choose from {SAMPLINGS}")
     if not 1 <= num_sampled <= n:
         raise ValueError(f"cannot sample {num_sampled} of {n} clients")
-    p = None
-    if sampling == "size":
-        if num_sampled > np.count_nonzero(counts):
-            raise ValueError(f"size sampling: only {np.count_nonzero(counts)} of {n} clients "
-                             f"have data, cannot sample {num_sampled}")
-        p = counts / counts.sum()
     rng = np.random.default_rng([seed, streams.SAMPLING, round_index])
-    return np.sort(rng.choice(n, size=num_sampled, replace=False, p=p))
+    if sampling == "uniform":
+        return np.sort(rng.choice(n, size=num_sampled, replace=False))
+    if not np.any(counts > 0):
+        raise ValueError(f"size sampling: none of the {n} clients has data")
+    return np.sort(rng.choice(n, size=num_sampled, replace=True, p=counts / counts.sum()))
 
 
 def aggregation_weights(counts: np.ndarray, sampling: str) -> np.ndarray:
-    """Unnormalised aggregation weights of the sampled clients: N^k under uniform sampling
-    (FedAvg), 1 under size sampling (the sampling already weights by N^k, so the expected
-    aggregate is the full N^k-weighted mean; Li et al. 2020, scheme I).
+    """Unnormalised aggregation weights of the sampled clients' slots: N^k under uniform
+    sampling (FedAvg), 1 per draw under size sampling (the draws already weigh by N^k, so
+    the expected aggregate is the full N^k-weighted mean; Li et al. 2020, scheme I; a
+    client drawn twice weighs 2).
 
     Returns:
       float32 ``[M]``.
@@ -97,9 +106,14 @@ def scatter(tree: Any, idx: np.ndarray, rows: Any) -> Any:
 
 def write(tree: Any, idx: np.ndarray, rows: Any) -> None:
     """Writes ``rows`` into rows ``idx`` of every leaf of ``tree`` in place (writable host
-    NumPy; only the first ``len(idx)`` rows of ``rows``, as :func:`scatter`)."""
+    NumPy; only the first ``len(idx)`` rows of ``rows``, as :func:`scatter`). A client that
+    ``idx`` (sorted) names twice (size sampling draws with replacement) keeps its later
+    slot's rows."""
+    idx = np.asarray(idx)
+    last = np.append(idx[1:] != idx[:-1], True) if len(idx) else np.zeros(0, bool)
+
     def put(x, r):
-        x[idx] = np.asarray(r)[: len(idx)]
+        x[idx[last]] = np.asarray(r)[: len(idx)][last]
 
     jax.tree.map(put, tree, rows)
 

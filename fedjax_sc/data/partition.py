@@ -1,5 +1,5 @@
 """Non-IID partitioners: a pooled corpus split into N synthetic clients (FedNLP, Lin et al. 2022,
-Sec. 3.2 and App. C; seed paper 002). Host-side only (numpy), seeded and deterministic.
+Sec. 3.2 and App. C). Host-side only (numpy), seeded and deterministic.
 
 * ``natural``: one client per domain (the FDU / IYY scenes of Li et al. 2021 as they are).
 * ``dirichlet_label`` (label skew): client j's label distribution is ``q_j ~ Dir(alpha * p)``

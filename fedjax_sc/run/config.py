@@ -169,12 +169,12 @@ class TrainConfig:
       partition_seed: the data's seed: the Dirichlet partition and the synthetic scene's
         reviews (kept apart from ``seed`` so that training seeds share one dataset, and the
         members of a population one scene).
-      clients_per_round: M, clients sampled (without replacement) per round; None: all N.
+      clients_per_round: M, clients sampled per round; None: all N.
         The Ap phase then fine-tunes the N clients in blocks of M.
       sampling: ``uniform`` (aggregation weights N^k / sum over the sampled) or ``size``
-        (sampled with probability proportional to N^k, equal aggregation weights, so the
+        (M draws with replacement, probability proportional to N^k, each weighed 1/M, so the
         expected update is the full weighted mean; Li et al. 2020, "On the convergence of
-        FedAvg on non-IID data", scheme I without replacement).
+        FedAvg on non-IID data", scheme I).
       padding: a sampled round's example axis: ``auto`` (``bucket`` for a cross-device
         scene, else ``global``; :func:`fedjax_sc.run.cross_device.padding`), ``bucket``,
         ``sampled`` or ``global``; figures change by float32 rounding only, so a run resumes

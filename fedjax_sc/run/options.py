@@ -148,10 +148,11 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="the data's seed: the Dirichlet partition and the synthetic reviews "
                    "(training seeds share one dataset)")
     f.add_argument("--clients-per-round", type=int,
-                   help="M clients sampled per round without replacement (default: all); "
+                   help="M clients sampled per round (default: all); "
                    "the Ap phase fine-tunes the clients in blocks of M")
     f.add_argument("--sampling", choices=("uniform", "size"), default=default("sampling"),
-                   help="uniform (N^k-weighted mean) or proportional to N^k (plain mean)")
+                   help="uniform: M distinct clients, N^k-weighted mean; size: M draws "
+                   "proportional to N^k with replacement, plain mean")
     f.add_argument("--padding", default=default("padding"),
                    metavar="{" + ",".join(PADDINGS) + "}", help="a sampled round's example "
                    "axis: the largest sampled client rounded up to a power of two (bucket), "

@@ -18,12 +18,17 @@ from fedjax_sc.run.train import TrainConfig, train
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(1, 50), seed=st.integers(0, 5), r=st.integers(0, 100),
        size=st.booleans(), data=st.data())
-def test_sampling_without_replacement(n, seed, r, size, data):
+def test_sampling_uniform_without_and_size_with_replacement(n, seed, r, size, data):
     m = data.draw(st.integers(1, n))
-    counts = np.arange(1, n + 1)
+    counts = np.arange(n)  # client 0 has no data
+    if size and n == 1:
+        with pytest.raises(ValueError, match="none of the 1 clients has data"):
+            pt.sample_clients(seed, r, counts, m, "size")
+        return
     idx = pt.sample_clients(seed, r, counts, m, "size" if size else "uniform")
-    assert len(idx) == m == len(set(idx.tolist()))
-    assert np.all(np.diff(idx) > 0) and idx.min() >= 0 and idx.max() < n
+    assert len(idx) == m and idx.min() >= 0 and idx.max() < n
+    assert np.all(np.diff(idx) >= 0) if size else np.all(np.diff(idx) > 0)
+    assert not size or 0 not in idx  # a client without data is never drawn by size
     again = pt.sample_clients(seed, r, counts, m, "size" if size else "uniform")
     np.testing.assert_array_equal(idx, again)  # a pure function of (seed, round)
 
@@ -39,9 +44,27 @@ def test_rounds_differ_and_size_sampling_prefers_large_clients():
                               pt.sample_clients(0, 2, counts, 5))
     with pytest.raises(ValueError, match="cannot sample"):
         pt.sample_clients(0, 1, counts, 21)
-    with pytest.raises(ValueError, match="have data"):
-        pt.sample_clients(0, 1, np.asarray([0, 0, 3]), 2, "size")
+    assert pt.sample_clients(0, 1, np.asarray([0, 0, 3]), 2, "size").tolist() == [2, 2]
     np.testing.assert_array_equal(pt.aggregation_weights(np.asarray([3, 0]), "size"), [1, 0])
+
+
+def test_size_sampling_weighs_each_client_by_its_share_in_expectation():
+    """Scheme I of Li et al. 2020: draws with replacement, each weighed 1 / M: a client's
+    expected share of the aggregate is N^k / N (drawn without replacement it would not be:
+    0.25, 0.25, 0.49 here)."""
+    counts, m, rounds = np.asarray([10, 10, 80]), 2, 4000
+    share = np.zeros(3)
+    for r in range(rounds):
+        idx = pt.sample_clients(0, r, counts, m, "size")
+        w = pt.aggregation_weights(counts[idx], "size")
+        np.add.at(share, idx, w / w.sum())
+    np.testing.assert_allclose(share / rounds, [0.1, 0.1, 0.8], atol=0.015)
+
+
+def test_a_client_in_two_slots_keeps_its_later_slots_state():
+    tree = {"a": np.zeros((3, 2))}
+    pt.write(tree, np.asarray([0, 2, 2]), {"a": np.asarray([[1, 1], [2, 2], [3, 3], [9, 9]])})
+    assert tree["a"].tolist() == [[1, 1], [0, 0], [3, 3]]
 
 
 @settings(max_examples=30, deadline=None)
@@ -100,3 +123,23 @@ def test_pad_clients_on_a_population_axis_copies_the_first_client():
     np.testing.assert_array_equal(padded["a"], tree["a"][:, [2, 0, 2, 2]])
     same, real = pt.pad_clients(picked, 2, axis=1)
     assert real == 2 and same is picked
+
+
+def test_size_sampling_trains_a_client_drawn_twice_in_both_slots(tmp_path):
+    """A client holding two slots of a round trains in each (its two updates differ: the
+    slots' keys) and keeps its later slot's private leaves; the run resumes exactly."""
+    kw = dict(synthetic_clients=2, synthetic_train=30, synthetic_test=6, max_len=8,
+              embed_dim=6, hidden=4, mlp_hidden=4, ap=False, algorithm="fedper",
+              partition="dirichlet_quantity", num_clients=4, beta=0.3,
+              clients_per_round=3, sampling="size", rounds=3)
+    quiet = lambda _: None
+    full = train(TrainConfig(out=str(tmp_path / "a"), **kw), log=quiet)
+    rows = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    twice = [(r, i) for r in rows for i in range(2) if r["clients"][i] == r["clients"][i + 1]]
+    assert twice, [r["clients"] for r in rows]  # seeded: some round draws a client twice
+    r, i = twice[0]
+    assert r["train_loss_per_client"][i] != r["train_loss_per_client"][i + 1]
+    train(TrainConfig(out=str(tmp_path / "b"), **{**kw, "rounds": 1}), log=quiet)
+    resumed = train(TrainConfig(out=str(tmp_path / "b"), resume=True, **kw), log=quiet)
+    chex.assert_trees_all_close((resumed["params"], resumed["private"]),
+                                (full["params"], full["private"]), atol=1e-6)
