@@ -35,7 +35,7 @@ import jax
 import numpy as np
 
 from fedjax_sc.algorithms import context
-from fedjax_sc.core import communication, sharding
+from fedjax_sc.core import communication, participation, sharding
 from fedjax_sc.data import partition, scenes, synthetic
 from fedjax_sc.data.client_data import ClientData, host_client_data
 from fedjax_sc.data.corpus import FDU_DOMAINS, read_fdu, read_iyy
@@ -324,12 +324,29 @@ def communication_summary(algorithm, state, client_states, train: ClientData,
 
 
 def accuracies(scene: scenes.Scene, global_eval, personal_eval, global_params, params,
-               private, test: ClientData) -> tuple[Any, Any]:
+               private, test: ClientData, block: int | None = None) -> tuple[Any, Any]:
     """Ag^k (``global_eval(global_params, test)``; None without) and the personalised
     accuracies (``personal_eval((params, private rows), test)``; None without) of every
-    client, float32 ``[K]`` (a dict of them per mode), from this process's share."""
+    client, float32 ``[K]`` (a dict of them per mode), from this process's share.
+
+    ``block``: the private leaves are host arrays of all N clients (partial participation):
+    evaluate ``block`` clients at a time (the last block padded with copies of its first
+    client), so that the device holds a round's worth of them, not N (one program of
+    ``block`` clients)."""
     ag = None if global_eval is None else np.asarray(global_eval(global_params, test))
-    personal = (None if personal_eval is None else
-                {k: np.asarray(v) for k, v in personal_eval(
-                    (params, rows(private, scene)), test).items()})
+    personal = None
+    if personal_eval is not None:
+        own = rows(private, scene)
+        k = int(test.tokens.shape[0])
+        if block is None or block >= k:
+            personal = {m: np.asarray(v) for m, v in personal_eval((params, own), test).items()}
+        else:
+            parts = []
+            for lo in range(0, k, block):
+                idx = np.arange(lo, min(lo + block, k))
+                (mine, data), _ = participation.pad_clients(
+                    participation.gather((own, test), idx), block)
+                parts.append({m: np.asarray(v)[:len(idx)]
+                              for m, v in personal_eval((params, mine), data).items()})
+            personal = {m: np.concatenate([part[m] for part in parts]) for m in parts[0]}
     return gather_clients((ag, personal), scene)

@@ -300,7 +300,7 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, checked: processes.Agreem
                    else sharding.local(feed.member_private(i).private))
         return loading.accuracies(scene, p.global_eval, p.personal_eval,
                                   global_params(setups[i], params), params, private,
-                                  p.test_data)
+                                  p.test_data, feed.round_size if feed.partial else None)
 
     results = [accuracies(i) for i in range(size)]
     xdev = cross_device.Figures(scene, p.global_eval)  # {} unless a cross-device scene

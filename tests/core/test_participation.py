@@ -143,3 +143,29 @@ def test_size_sampling_trains_a_client_drawn_twice_in_both_slots(tmp_path):
     resumed = train(TrainConfig(out=str(tmp_path / "b"), resume=True, **kw), log=quiet)
     chex.assert_trees_all_close((resumed["params"], resumed["private"]),
                                 (full["params"], full["private"]), atol=1e-6)
+
+
+def test_personal_accuracies_by_blocks_equal_all_clients_at_once():
+    """Under partial participation the per-round personalised evaluation takes the host's
+    private leaves a round's worth of clients at a time: the same figures as all at once."""
+    import jax.numpy as jnp
+
+    from fedjax_sc.core.evaluate import make_personal_evaluate
+    from fedjax_sc.data.client_data import client_data
+    from fedjax_sc.data.scenes import synthetic_scene
+    from fedjax_sc.run import loading
+    scene = synthetic_scene(num_clients=5, train_per_client=6, test_per_client=7, max_len=6)
+    test = client_data(scene.test)
+    rng = np.random.default_rng(0)
+    private = {"w": rng.normal(size=(5, 2)).astype(np.float32)}  # host leaves, all clients
+
+    def predict(params, tokens):  # a per-client linear score of the first token
+        return {"sp": tokens[:, :1].astype(jnp.float32) * params["w"][None, :] + params["b"]}
+
+    evaluate = make_personal_evaluate(predict)
+    shared = {"b": jnp.zeros(2)}
+    whole = loading.accuracies(scene, None, evaluate, None, shared, private, test)[1]
+    assert len(set(whole["sp"].tolist())) > 1  # the clients' models differ
+    for block in (1, 2, 3, 5, 8):
+        got = loading.accuracies(scene, None, evaluate, None, shared, private, test, block)[1]
+        np.testing.assert_array_equal(got["sp"], whole["sp"])
