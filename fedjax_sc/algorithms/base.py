@@ -379,6 +379,10 @@ class Algorithm(NamedTuple):
         :mod:`fedjax_sc.core.copies`. Empty for every other algorithm.
       hooks: the state the algorithm owns and its hooks (:class:`Hooks`; SCAFFOLD, FedDyn);
         ``Hooks()`` for a stateless one.
+      personal_loss: the loss of the Ap phase's fine-tuning (Li et al. 2021, Eq. 16), or
+        ``None`` for ``client_loss``, terms and all: a method whose training terms (a drift
+        correction, a pull towards the global model) should not act while a client
+        fine-tunes gives the loss it means there.
     """
 
     name: str
@@ -397,3 +401,4 @@ class Algorithm(NamedTuple):
     central: CentralTrainer | None = None
     local_copies: Mapping[str, str] = {}
     hooks: Hooks = Hooks()
+    personal_loss: ClientLoss | None = None

@@ -108,6 +108,34 @@ class ReadOptions(Mapping):
         self._read.add(name)
         return self._values[name]
 
+    def get(self, name: str, default: Any = None) -> Any:
+        """The option ``name``, or ``default`` where it is not given; a given value is held to
+        ``default``'s kind: an int where a float is the default becomes that float, a bool
+        default takes ``true``/``false`` (or 1/0), and a text where a number or a bool is the
+        default is refused (a typo such as ``alpha=0.1x`` would otherwise reach the loss as
+        a string). A traced grid value passes as it is.
+
+        Raises:
+          ValueError: one line naming ``--algorithm-option NAME=VALUE`` and the kind
+            expected.
+        """
+        if name not in self:
+            return default
+        value = self._values[name]
+        if isinstance(default, bool) and isinstance(value, (str, int)):
+            word = str(value).lower()
+            if word not in ("true", "false", "1", "0"):
+                raise ValueError(f"--algorithm-option {name}={value}: true or false expected "
+                                 f"(the builder's default is {default})")
+            return word in ("true", "1")
+        if isinstance(default, (int, float)) and isinstance(value, str):
+            raise ValueError(f"--algorithm-option {name}={value}: a number expected (the "
+                             f"builder's default is {default!r})")
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value,
+                                                                                    bool):
+            return float(value)
+        return value
+
     def __contains__(self, name: object) -> bool:
         self._read.add(name)
         return name in self._values

@@ -263,7 +263,8 @@ def _member_phase(algorithm, optimizer, batch_size, num_evals, steps_per_eval,
         # knowledge exchange in this phase; an algorithm's own states as training left them
         start = ClientStart(work, (), client, gather_table_rows(own, ids, tables),
                             gather_table_rows(server, ids, tables), Batch(tokens, labels, mask))
-        loss_and_grad = jax.value_and_grad(bind(algorithm.client_loss, start), has_aux=True)
+        loss = algorithm.personal_loss or algorithm.client_loss
+        loss_and_grad = jax.value_and_grad(bind(loss, start), has_aux=True)
         predict = algorithm.predict
         count = jnp.sum(mask)
         num_batches = jnp.maximum((count + batch_size - 1) // batch_size, 1)

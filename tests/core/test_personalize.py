@@ -149,3 +149,22 @@ def test_a_fine_tuning_gone_non_finite_scores_zero_not_class_zeros_share(setting
               client_data(scene.test), jax.random.key(0))
     np.testing.assert_array_equal(ok.nonfinite_from(), -np.ones(k))
     assert diverged_clients(ok) == []
+
+
+def test_the_ap_phase_fine_tunes_with_the_algorithms_personal_loss_where_it_has_one(setting):
+    """Algorithm.personal_loss replaces client_loss in the Ap phase only: a training loss
+    that would leave the model where it is (scaled by 0) fine-tunes as the base loss there."""
+    scene, alg, state, clients = setting
+    frozen = lambda *a: jax.tree.map(lambda x: 0.0 * x, alg.client_loss(*a))  # noqa: E731
+    curves = {}
+    for name, variant in (("base", alg), ("frozen", alg._replace(client_loss=frozen)),
+                          ("own", alg._replace(client_loss=frozen,
+                                               personal_loss=alg.client_loss))):
+        run = make_personalize(variant, client_sgd(0.5), batch_size=4, num_evals=2,
+                               steps_per_eval=3)
+        curves[name] = run(state, clients, client_data(scene.train, local_vocab=True),
+                           client_data(scene.test), jax.random.key(0)).curve
+    for mode in curves["base"]:
+        np.testing.assert_array_equal(curves["own"][mode], curves["base"][mode])
+        np.testing.assert_array_equal(curves["frozen"][mode][:, 0], curves["frozen"][mode][:, -1])
+    assert any(not np.array_equal(c[:, 0], c[:, -1]) for c in curves["base"].values())

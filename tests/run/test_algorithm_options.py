@@ -54,6 +54,20 @@ def test_parse_option_reads_ints_floats_and_strings():
     assert options.get("a") == 1 and options.unread == ["b"]
 
 
+def test_get_holds_a_given_option_to_its_defaults_kind():
+    options = ReadOptions({"alpha": 3, "typo": "0.1x", "on": "false", "k": 5, "mode": "fast"})
+    assert options.get("alpha", 0.5) == 3.0 and isinstance(options.get("alpha", 0.5), float)
+    assert options.get("k", 1) == 5 and isinstance(options.get("k", 1), int)
+    assert options.get("on", True) is False and options.get("mode", "slow") == "fast"
+    assert options.get("absent", 0.25) == 0.25
+    with pytest.raises(ValueError, match=r"^--algorithm-option typo=0.1x: a number expected "
+                                         r"\(the builder's default is 0.1\)$"):
+        options.get("typo", 0.1)
+    with pytest.raises(ValueError, match="true or false expected"):
+        options.get("mode", False)
+    assert options.unread == []
+
+
 def test_an_option_reaches_the_builder_and_is_checked_on_resume(tmp_path, spec, capsys):
     run = tmp_path / "q0"
     assert cli.main(["train", "--algorithm", spec, *TINY, "--algorithm-option", "q=0",
