@@ -245,9 +245,11 @@ class Hooks(NamedTuple):
     server_init: Callable[[Params], Any] = _no_state
     client_end: Callable[[ClientEnd], tuple[Any, Any]] | None = None
     server_update: Callable[[ServerInputs], tuple[Params, Any]] | None = None
-    server_state_sent: bool = False
+    server_state_sent: bool | Callable[[Any], Any] = False
     """Whether the server's state goes down to the clients with the model (SCAFFOLD's c):
-    the communication figures count it in the download."""
+    the communication figures count it in the download. A function of the state gives the
+    part that is sent where the server keeps the rest (FedDC's c down, its H kept:
+    ``lambda state: state["c"]``); a client's loss should then read only that part."""
     upload_sent: bool = True
     """Whether the client's model upload goes up at all; False where ``server_update`` builds
     the model from the messages alone and never reads ``ServerInputs.params`` (q-FFL's

@@ -187,7 +187,9 @@ def hooks_traffic(algorithm: Algorithm, state: ServerState, shared: Any, tables:
         ids = jax.ShapeDtypeStruct((width,), jax.numpy.int32)
         rows = lambda tree: jax.eval_shape(lambda t, i: gather_table_rows(t, i, paths), tree,
                                            ids)
-    server = rows(state.algorithm) if hooks.server_state_sent else ()
+    sent = hooks.server_state_sent
+    server = (() if sent is False else
+              rows(state.algorithm if sent is True else jax.eval_shape(sent, state.algorithm)))
     if hooks.client_end is None:
         return server, ()
     first = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),

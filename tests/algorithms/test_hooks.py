@@ -150,3 +150,25 @@ def test_sent_update_picks_the_paths_of_like_and_falls_back_to_the_exact_update(
     sent = {"shared": {"w": jnp.full(3, 2.5)}}
     np.testing.assert_array_equal(sent_update(end._replace(sent=sent), like)["shared"]["w"],
                                   np.full(3, 2.5))
+
+
+def test_the_download_counts_the_part_of_the_server_state_that_is_sent(model, scene):
+    """Hooks.server_state_sent: False counts none of the server's state, True all of it, a
+    function the part it returns (FedDC sends c and keeps H)."""
+    import jax
+
+    from fedjax_sc.core import communication
+    from fedjax_sc.core.round import init_states
+    from fedjax_sc.models.text_classifier import init_params
+
+    data = client_data(scene.train, local_vocab=True)
+    params = init_params(model, jax.random.key(0))
+    server_init = lambda p: {"c": jnp.zeros(7), "H": jnp.zeros(100)}  # noqa: E731
+    down = {}
+    for name, sent in (("none", False), ("all", True), ("c", lambda s: s["c"])):
+        algorithm = fedavg(model, 0.1, 0.0)._replace(
+            hooks=Hooks(server_init=server_init, server_state_sent=sent))
+        state, clients = init_states(algorithm, params, scene.num_clients)
+        down[name] = communication.account(algorithm, state, data,
+                                           client_states=clients).download_floats[0]
+    assert (down["all"] - down["none"], down["c"] - down["none"]) == (107, 7)
