@@ -54,9 +54,13 @@ def with_control_variates(algorithm, learning_rate, momentum, num_clients):
         share = s.participating.astype(jnp.float32) / num_clients  # (1 / N) sum over S
         return s.params, jax.tree.map(jnp.add, s.state, s.reduce(s.messages, share))
 
+    def server_metrics(c):  # logged each round: metrics.jsonl "server", trackers, CSV
+        return {"c_norm": jnp.sqrt(sum(jnp.vdot(x, x) for x in jax.tree.leaves(c)))}
+
     zeros = lambda params: jax.tree.map(jnp.zeros_like, params)
     hooks = fsc.Hooks(client_init=zeros, server_init=zeros, client_end=client_end,
-                      server_update=server_update, server_state_sent=True)  # c goes down
+                      server_update=server_update, server_state_sent=True,  # c goes down
+                      server_metrics=server_metrics)
     return algorithm._replace(name="scaffold", client_loss=loss, hooks=hooks)
 
 

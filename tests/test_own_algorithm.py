@@ -84,6 +84,19 @@ def test_the_cli_runs_a_users_algorithm_as_a_population_of_seeds(tmp_path):
         assert report["rounds"] == 2 and report["Ap"] is not None
         assert json.loads((run / "config.json").read_text())["algorithm"] == SCAFFOLD
         assert (run / "checkpoints").is_dir()
+    # Hooks.server_metrics: each member's ||c|| in its rows, the trackers' scalars, the CSV
+    from fedjax_sc.run.paper.tidy_csv import metrics_csv
+    from fedjax_sc.run.plumbing.tracking import round_scalars
+    norms = []
+    for seed in (0, 1):
+        rows = [json.loads(x) for x in
+                (tmp_path / f"pop/seed-{seed}/metrics.jsonl").read_text().splitlines()]
+        rows = [r for r in rows if r["phase"] == "round"]
+        norms.append([r["server"]["c_norm"] for r in rows])
+        assert round_scalars(rows[-1], ["a", "b"])["server/c_norm"] == norms[-1][-1]
+    assert all(n > 0 for n in norms[0] + norms[1]) and norms[0] != norms[1]
+    metrics_csv([tmp_path / "pop"], tmp_path / "m.csv")
+    assert ",server_c_norm," in (tmp_path / "m.csv").read_text()
 
 
 def test_fsc_train_takes_the_function_itself_and_resumes(tmp_path):

@@ -250,6 +250,11 @@ class Hooks(NamedTuple):
     the communication figures count it in the download. A function of the state gives the
     part that is sent where the server keeps the rest (FedDC's c down, its H kept:
     ``lambda state: state["c"]``); a client's loss should then read only that part."""
+    server_metrics: Callable[[Any], dict[str, jax.Array]] | None = None
+    """Figures of the server's state after each round, ``state -> {name: float32 scalar}``
+    (e.g. the norm of SCAFFOLD's c): a run records them in ``metrics.jsonl`` (``server``),
+    its trackers (``server/<name>``) and the tidy CSV (``server_<name>``). A function of the
+    state alone, traced once per run."""
     upload_sent: bool = True
     """Whether the client's model upload goes up at all; False where ``server_update`` builds
     the model from the messages alone and never reads ``ServerInputs.params`` (q-FFL's

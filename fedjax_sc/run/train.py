@@ -312,16 +312,19 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, checked: processes.Agreem
             p.build, batch_size=c.batch_size, local_epochs=c.local_epochs, trainer=trainer,
             per_member_data=feed.partial, member_shards=rows)
 
+        server_metrics = setups[0].algorithm.hooks.server_metrics
+
         def placed(states, private, data, keys, values):  # outputs placed as the inputs
             states, private, metrics = step(states, private, data, keys, values)
             # each member's server state after the aggregate and the server optimizer: the
             # clients' checks (metrics.finite) do not see a server step that diverges
             server_finite = jax.vmap(all_finite)(states)
+            figures = jax.vmap(server_metrics)(states.algorithm) if server_metrics else {}
             return (jax.lax.with_sharding_constraint(
                         states, sharding.member_sharding(mesh, clients=False)),
                     jax.lax.with_sharding_constraint(
                         private, sharding.member_sharding(mesh, clients=True)), metrics,
-                    server_finite)
+                    server_finite, figures)
 
         data, private = feed.inputs(feed.sample(start + 1))
         # the round replaces the server and client states: XLA may reuse their buffers
@@ -337,10 +340,11 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, checked: processes.Agreem
         data, private = feed.inputs(idxs)
         values = p.hparams if lr_at is None else {  # the scheduled lr of round r, traced
             **p.hparams, "lr": np.asarray([m.lr * lr_at(r) for m in cs], np.float32)}
-        new_state, new_client_states, ms, server_finite = round_step(state, private, data,
-                                                                    p.keys, values)
+        new_state, new_client_states, ms, server_finite, server_figures = round_step(
+            state, private, data, p.keys, values)
         ms = sharding.local(ms)  # the metrics of every process's clients
-        server_finite = np.asarray(sharding.local(server_finite))
+        server_finite, server_figures = jax.tree.map(
+            np.asarray, sharding.local((server_finite, server_figures)))
         for i, idx in enumerate(idxs):
             m = jax.tree.map(lambda x: np.asarray(x)[i, :len(idx)], ms)
             if status[i] == "running" and not m.finite.all():
@@ -379,6 +383,8 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, checked: processes.Agreem
             row = round_row(r, m, ag, personal, p.mode, seconds, p.comm,
                             idx if feed.partial else None, setups[i].work.active)
             row.update(xdev(lambda: member_global(i), ag))
+            if server_figures:
+                row["server"] = {k: float(v[i]) for k, v in server_figures.items()}
             if feed.partial:
                 row["padding_ratio"] = feed.padding_ratio
             if lr_at is not None:

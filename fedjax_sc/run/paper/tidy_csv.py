@@ -45,7 +45,7 @@ def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
     ``round``, ``t`` (the Ap evaluation, empty for rounds), ``client`` (its name, or ``all`` for a
     mean over clients), ``metric`` (every top-level number of the row,
     :func:`~fedjax_sc.run.plumbing.tracking.round_figures`: ``Ag``, ``train_loss``, ``seconds``,
-    the cross-device ``Ag_pooled``/``Ag_unseen``...; ``personal_<mode>``, an aux term,
+    the cross-device ``Ag_pooled``/``Ag_unseen``...; ``personal_<mode>``, an aux term, ``server_<name>``,
     ``upload_sent_bytes``, ``local_steps`` with heterogeneous clients...; ``Ap_t_<mode>`` in
     the Ap phase) and ``value`` (accuracies as fractions).
     ``pandas.read_csv(path).pivot_table(...)`` gives any view.
@@ -89,6 +89,8 @@ def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
             for metric, value in (r.get("aux") or {}).items():
                 if value is not None:  # no client trained in the round
                     add("all", metric, value)
+            for metric, value in (r.get("server") or {}).items():
+                add("all", f"server_{metric}", value)
             for key, metric in (("Ag_per_client", "Ag"), ("train_loss_per_client", "train_loss"),
                                 ("personal_per_client", "personal"),
                                 ("local_steps_per_client", "local_steps")):

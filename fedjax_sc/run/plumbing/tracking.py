@@ -71,7 +71,8 @@ def round_scalars(row: dict[str, Any], clients: Sequence[str]) -> dict[str, floa
 
     Returns:
       ``{name: value}``: :func:`round_figures` (accuracies in [0, 1], losses in nats,
-      ``seconds`` in seconds), ``personal/<mode>``, ``aux/<term>``, ``upload_sent_MB_mean``
+      ``seconds`` in seconds), ``personal/<mode>``, ``aux/<term>``, ``server/<name>`` (an
+      algorithm's :attr:`~fedjax_sc.algorithms.base.Hooks.server_metrics`), ``upload_sent_MB_mean``
       in MB and the per-client ``Ag_per_client/<client>``, ``train_loss_per_client/<client>``;
       a ``None`` entry (no global model; no train loss or aux mean in a round where no client
       trained) is left out.
@@ -82,6 +83,8 @@ def round_scalars(row: dict[str, Any], clients: Sequence[str]) -> dict[str, floa
     for name, value in (row.get("aux") or {}).items():
         if value is not None:
             out[f"aux/{name}"] = value
+    for name, value in (row.get("server") or {}).items():
+        out[f"server/{name}"] = value
     comm = row.get("communication") or {}
     if "upload_sent_MB_mean" in comm:
         out["upload_sent_MB_mean"] = comm["upload_sent_MB_mean"]
