@@ -339,3 +339,12 @@ def test_a_saved_relative_algorithm_file_not_found_elsewhere_is_named(tmp_path, 
         f"{start / 'mine.py'}:build, or run from that folder")
     assert cli.main(["train", "--config", str(config), "--algorithm",
                      f"{start / 'mine.py'}:build", "--out", str(tmp_path / "again")]) == 0
+    capsys.readouterr()
+    assert cli.main(["train", "--config", str(config), "--out", str(tmp_path / "run"),
+                     "--resume", "--rounds", "2"]) == 1
+    assert capsys.readouterr().err.strip().endswith(
+        f"records the file as {start / 'mine.py'}: run from {start} (--resume needs the "
+        f"configuration as saved)")
+    monkeypatch.chdir(start)
+    assert cli.main(["train", "--config", str(config), "--out", str(tmp_path / "run"),
+                     "--resume", "--rounds", "2"]) == 0

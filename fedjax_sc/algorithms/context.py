@@ -110,9 +110,10 @@ class ReadOptions(Mapping):
 
     def get(self, name: str, default: Any = None) -> Any:
         """The option ``name``, or ``default`` where it is not given; a given value is held to
-        ``default``'s kind: an int where a float is the default becomes that float, a bool
-        default takes ``true``/``false`` (or 1/0), and a text where a number or a bool is the
-        default is refused (a typo such as ``alpha=0.1x`` would otherwise reach the loss as
+        ``default``'s kind: an int where a float is the default becomes that float, a whole
+        float where an int is (``k=5.0``) that int, a bool default takes ``true``/``false``
+        (or 1/0), and a text where a number is the default, a fraction where a whole number
+        is, or another value where a bool is, is refused (a typo such as ``alpha=0.1x`` would otherwise reach the loss as
         a string). A traced grid value passes as it is.
 
         Raises:
@@ -122,17 +123,21 @@ class ReadOptions(Mapping):
         if name not in self:
             return default
         value = self._values[name]
-        if isinstance(default, bool) and isinstance(value, (str, int)):
+        if isinstance(default, bool) and isinstance(value, (str, int, float)):
             word = str(value).lower()
-            if word not in ("true", "false", "1", "0"):
+            if word not in ("true", "false", "1", "0", "1.0", "0.0"):
                 raise ValueError(f"--algorithm-option {name}={value}: true or false expected "
                                  f"(the builder's default is {default})")
-            return word in ("true", "1")
+            return word in ("true", "1", "1.0")
         if isinstance(default, (int, float)) and isinstance(value, str):
             raise ValueError(f"--algorithm-option {name}={value}: a number expected (the "
                              f"builder's default is {default!r})")
-        if isinstance(default, float) and isinstance(value, int) and not isinstance(value,
-                                                                                    bool):
+        if isinstance(default, int) and isinstance(value, float):
+            if not value.is_integer():
+                raise ValueError(f"--algorithm-option {name}={value}: a whole number "
+                                 f"expected (the builder's default is {default!r})")
+            return int(value)
+        if isinstance(default, float) and isinstance(value, int):
             return float(value)
         return value
 

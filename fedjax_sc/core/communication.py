@@ -188,8 +188,8 @@ def hooks_traffic(algorithm: Algorithm, state: ServerState, shared: Any, tables:
         rows = lambda tree: jax.eval_shape(lambda t, i: gather_table_rows(t, i, paths), tree,
                                            ids)
     sent = hooks.server_state_sent
-    server = (() if sent is False else
-              rows(state.algorithm if sent is True else jax.eval_shape(sent, state.algorithm)))
+    server = (rows(jax.eval_shape(sent, state.algorithm)) if callable(sent)
+              else rows(state.algorithm) if sent else ())
     if hooks.client_end is None:
         return server, ()
     first = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),

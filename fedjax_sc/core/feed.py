@@ -76,6 +76,7 @@ class PopulationFeed:
                  padding: str = "bucket", own: bool = False):
         self.padding = participation.check_padding(padding)
         self.slots = self.examples = 0  # example slots and real examples of the last inputs
+        self.draws: list[np.ndarray | None] = [None] * len(seeds)  # of the last sample()
         self.mesh, self.seeds = mesh, [int(s) for s in seeds]
         self.size = len(self.seeds)
         self.member_axis = member_axis
@@ -107,12 +108,12 @@ class PopulationFeed:
                 raise ValueError(f"the clients {first}..{first + data.num_clients - 1} lack "
                                  f"rows {lo}..{hi - 1} of this process's devices")
             rows = participation.round_data(data, np.arange(lo - first, lo - first + real),
-                                            sampling, hi - lo)
+                                            "uniform", hi - lo)  # all: weighed by N^k
             self._cached = sharding.put_client_block(rows, mesh, self.round_size, lo)
         else:
             self._cached = None if self.partial else sharding.put_clients(
-                participation.round_data(data, np.arange(self.num_clients), sampling,
-                                         self.devices), mesh)
+                participation.round_data(data, np.arange(self.num_clients), "uniform",
+                                         self.devices), mesh)  # all: weighed by N^k
         self.private = (self._place(private) if self.resident
                         else jax.tree.map(np.asarray, private))
         self._own = own
@@ -124,12 +125,17 @@ class PopulationFeed:
         return -(-self.num_sampled // self.devices) * self.devices
 
     def sample(self, round_index: int) -> list[np.ndarray]:
-        """Every member's client indices for the round (all N, in order, without sampling)."""
+        """Every member's clients for the round, distinct and sorted (all N, in order,
+        without sampling); their draws (:func:`~fedjax_sc.core.participation.distinct`, one
+        each but under size sampling) weigh them in the next :meth:`inputs`."""
         if not self.partial:
+            self.draws = [np.ones(self.num_clients, np.int64)] * self.size
             return [np.arange(self.num_clients)] * self.size
-        return [participation.sample_clients(seed, round_index, self.data.counts,
-                                             self.num_sampled, self.sampling)
-                for seed in self.seeds]
+        picked = [participation.distinct(participation.sample_clients(
+            seed, round_index, self.data.counts, self.num_sampled, self.sampling))
+            for seed in self.seeds]
+        self.draws = [times for _, times in picked]
+        return [idx for idx, _ in picked]
 
     def inputs(self, idxs: Sequence[np.ndarray]) -> tuple[Any, Any]:
         """``(data, private)`` of every member's clients ``idxs[i]`` on the mesh: ``data``
@@ -140,8 +146,10 @@ class PopulationFeed:
             self.slots = self.size * self._cached.mask.shape[-2] * self._cached.mask.shape[-1]
             self.examples = self.size * int(np.sum(self.data.counts))
         else:
-            rows = [participation.round_data(self.data, idx, self.sampling, self.devices)
-                    for idx in idxs]
+            # K' <= M distinct clients under size sampling: padded to the round's K
+            rows = [participation.round_data(self.data, idx, self.sampling, self.round_size,
+                                             draws)
+                    for idx, draws in zip(idxs, self.draws, strict=True)]
             n = participation.padded_examples(np.concatenate([r.counts for r in rows]),
                                               self.data.mask.shape[1], self.padding)
             rows = [participation.trim_examples(r, n) for r in rows]
@@ -151,7 +159,7 @@ class PopulationFeed:
         if self.resident:
             return data, self.private
         rows = [participation.pad_clients(participation.gather(self.member_private(i), idx),
-                                          self.devices)[0] for i, idx in enumerate(idxs)]
+                                          self.round_size)[0] for i, idx in enumerate(idxs)]
         return data, self._place(self._stack(rows))
 
     @property
@@ -266,7 +274,8 @@ class ClientFeed:
         return self._feed.padding_ratio
 
     def sample(self, round_index: int) -> np.ndarray:
-        """The round's client indices (all N, in order, without sampling)."""
+        """The round's clients, distinct and sorted (all N, in order, without sampling; a
+        client drawn twice under size sampling weighs 2 in the next :meth:`inputs`)."""
         return self._feed.sample(round_index)[0]
 
     def inputs(self, idx: np.ndarray) -> tuple[Any, Any]:

@@ -33,17 +33,18 @@ SAMPLINGS = ("uniform", "size")
 
 def sample_clients(seed: int, round_index: int, counts: np.ndarray, num_sampled: int,
                    sampling: str = "uniform") -> np.ndarray:
-    """The clients taking part in one round.
+    """The draws of one round's clients.
 
     ``uniform``: M distinct clients, every client equally likely (McMahan et al. 2017), to be
     aggregated with weights N^k. ``size``: M independent draws with probability N^k / N, with
     replacement (Li et al. 2020, "On the convergence of FedAvg on non-IID data", scheme I),
-    each draw weighed 1 / M, so that the expected aggregate is the full N^k-weighted mean
-    (:func:`aggregation_weights`). A client drawn twice holds two slots of the round: it
-    trains twice from the same model with the keys of its two slots, both updates count, and
-    its state is its later slot's (:func:`write`). (Drawn without replacement, the equal
-    weights would favour the small clients: at N^k = 10, 10, 80 and M = 2 the expected
-    weights are 0.25, 0.25, 0.49 instead of 0.1, 0.1, 0.8.)
+    each draw weighed 1 / M, so that the expected aggregate is the full N^k-weighted mean. A
+    client drawn twice trains once and weighs its number of draws (:func:`distinct`,
+    :func:`aggregation_weights`): the aggregate a deterministic client update would give
+    scheme I, one update per client and round, so the state it keeps stays its own (SCAFFOLD's
+    c_i, FedDyn's h_k). (Drawn without replacement, equal weights would favour the small
+    clients: at N^k = 10, 10, 80 and M = 2 the expected weights are 0.25, 0.25, 0.49 instead
+    of 0.1, 0.1, 0.8.)
 
     Args:
       seed: the run's seed.
@@ -54,7 +55,8 @@ def sample_clients(seed: int, round_index: int, counts: np.ndarray, num_sampled:
 
     Returns:
       int64 ``[M]``, sorted client indices: distinct under ``uniform``, possibly repeated
-      under ``size`` (never a client without data).
+      under ``size`` (never a client without data); :func:`distinct` gives the clients
+      that train and their draws.
 
     Raises:
       ValueError: M outside ``[1, N]``, no client with data under ``size``, or an unknown
@@ -74,17 +76,32 @@ def sample_clients(seed: int, round_index: int, counts: np.ndarray, num_sampled:
     return np.sort(rng.choice(n, size=num_sampled, replace=True, p=counts / counts.sum()))
 
 
-def aggregation_weights(counts: np.ndarray, sampling: str) -> np.ndarray:
-    """Unnormalised aggregation weights of the sampled clients' slots: N^k under uniform
-    sampling (FedAvg), 1 per draw under size sampling (the draws already weigh by N^k, so
-    the expected aggregate is the full N^k-weighted mean; Li et al. 2020, scheme I; a
-    client drawn twice weighs 2).
+def distinct(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The clients of a round's draws (:func:`sample_clients`), each once, and how many times
+    each was drawn: ``(int64 [K'], int64 [K'])``, sorted; K' = M but under size sampling."""
+    return np.unique(np.asarray(draws), return_counts=True)
+
+
+def aggregation_weights(counts: np.ndarray, sampling: str,
+                        draws: np.ndarray | None = None) -> np.ndarray:
+    """Unnormalised aggregation weights of a round's clients: N^k under uniform sampling
+    (FedAvg), the number of times each was drawn under size sampling (the draws already
+    weigh by N^k, so the expected aggregate is the full N^k-weighted mean; Li et al. 2020,
+    scheme I). A client without data weighs 0.
+
+    Args:
+      counts: N^k of the round's clients ``[K]``.
+      sampling: ``uniform`` or ``size``.
+      draws: the clients' draws ``[K]`` (:func:`distinct`; None: one each).
 
     Returns:
-      float32 ``[M]``.
+      float32 ``[K]``.
     """
     counts = np.asarray(counts, np.float32)
-    return counts if sampling == "uniform" else (counts > 0).astype(np.float32)
+    if sampling == "uniform":
+        return counts
+    times = np.ones_like(counts) if draws is None else np.asarray(draws, np.float32)
+    return np.where(counts > 0, times, 0.0).astype(np.float32)
 
 
 def gather(tree: Any, idx: np.ndarray, axis: int = 0) -> Any:
@@ -105,15 +122,10 @@ def scatter(tree: Any, idx: np.ndarray, rows: Any) -> Any:
 
 
 def write(tree: Any, idx: np.ndarray, rows: Any) -> None:
-    """Writes ``rows`` into rows ``idx`` of every leaf of ``tree`` in place (writable host
-    NumPy; only the first ``len(idx)`` rows of ``rows``, as :func:`scatter`). A client that
-    ``idx`` (sorted) names twice (size sampling draws with replacement) keeps its later
-    slot's rows."""
-    idx = np.asarray(idx)
-    last = np.append(idx[1:] != idx[:-1], True) if len(idx) else np.zeros(0, bool)
-
+    """Writes ``rows`` into rows ``idx`` (distinct) of every leaf of ``tree`` in place
+    (writable host NumPy; only the first ``len(idx)`` rows of ``rows``, as :func:`scatter`)."""
     def put(x, r):
-        x[idx[last]] = np.asarray(r)[: len(idx)][last]
+        x[idx] = np.asarray(r)[: len(idx)]
 
     jax.tree.map(put, tree, rows)
 
@@ -203,13 +215,16 @@ def trim_examples(data, n: int):
                          mask=data.mask[:, :n])
 
 
-def round_data(data, idx: np.ndarray, sampling: str, multiple: int):
-    """Host rows ``idx`` of ``data`` (a :class:`~fedjax_sc.data.client_data.ClientData` of
-    NumPy arrays) for one round: aggregation weights for ``sampling``
+def round_data(data, idx: np.ndarray, sampling: str, multiple: int,
+               draws: np.ndarray | None = None):
+    """Host rows ``idx`` (distinct) of ``data`` (a
+    :class:`~fedjax_sc.data.client_data.ClientData` of NumPy arrays) for one round:
+    aggregation weights for ``sampling`` and the clients' ``draws``
     (:func:`aggregation_weights`; None under uniform), padded to a multiple of ``multiple``
     clients with inert ones (no examples, no weight, no vocabulary rows)."""
     data = gather(data, idx)
-    weights = None if sampling == "uniform" else aggregation_weights(data.counts, sampling)
+    weights = (None if sampling == "uniform"
+               else aggregation_weights(data.counts, sampling, draws))
     data = data._replace(weights=weights)
     data, real = pad_clients(data, multiple)
     if data.num_clients > real:  # padding clients: no examples, no weight

@@ -174,7 +174,8 @@ class TrainConfig:
       sampling: ``uniform`` (aggregation weights N^k / sum over the sampled) or ``size``
         (M draws with replacement, probability proportional to N^k, each weighed 1/M, so the
         expected update is the full weighted mean; Li et al. 2020, "On the convergence of
-        FedAvg on non-IID data", scheme I).
+        FedAvg on non-IID data", scheme I; a client drawn twice trains once and weighs 2;
+        needs ``clients_per_round`` below N).
       padding: a sampled round's example axis: ``auto`` (``bucket`` for a cross-device
         scene, else ``global``; :func:`fedjax_sc.run.cross_device.padding`), ``bucket``,
         ``sampled`` or ``global``; figures change by float32 rounding only, so a run resumes

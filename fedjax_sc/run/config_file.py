@@ -174,7 +174,7 @@ def merge(path: str, args: dict[str, Any], given: set[str]) -> tuple[dict[str, A
     defaulted = [k for k in args if k in fields and k not in keep and k not in saved]
     merged = {k: (v if k in keep or k not in saved else saved[k]) for k, v in args.items()}
     if "algorithm" not in given:
-        _find_algorithm_file(Path(path), merged.get("algorithm"))
+        _find_algorithm_file(Path(path), merged.get("algorithm"), bool(merged.get("resume")))
     if "algorithm_options" in given and isinstance(saved.get("algorithm_options"), dict):
         # --algorithm-option NAME=VALUE sets that option; the saved run's others stay
         merged["algorithm_options"] = {**saved["algorithm_options"],
@@ -182,7 +182,7 @@ def merge(path: str, args: dict[str, Any], given: set[str]) -> tuple[dict[str, A
     return {k: tuple(v) if isinstance(v, list) else v for k, v in merged.items()}, defaulted
 
 
-def _find_algorithm_file(config: Path, spec: Any) -> None:
+def _find_algorithm_file(config: Path, spec: Any, resume: bool = False) -> None:
     """A saved ``FILE.py:F`` is relative to the folder the run was started in; rerun from
     another folder, it is not found there. Where the run's fingerprint.json records the file
     (:func:`fedjax_sc.run.loading.fingerprint`) and it exists, the error names it.
@@ -203,10 +203,12 @@ def _find_algorithm_file(config: Path, spec: Any) -> None:
     except (OSError, ValueError, KeyError, TypeError):
         return  # the loader's own error names the spec
     if recorded.is_file():
+        fix = (f"run from {recorded.parent} (--resume needs the configuration as saved)"
+               if resume else f"add --algorithm {recorded}:{function}, or run from that "
+                              f"folder")
         raise ValueError(f"--config {config}: --algorithm {spec} is relative to the folder "
                          f"the run was started in and is not found here; {index} records "
-                         f"the file as {recorded}: add --algorithm {recorded}:{function}, "
-                         f"or run from that folder")
+                         f"the file as {recorded}: {fix}")
 
 
 def config_from_json(fields: dict[str, Any]) -> TrainConfig:

@@ -82,7 +82,7 @@ def finish(c: TrainConfig, scene, setup: Setup, state, client_states, result,
     # which test reviews the final models get right: paired comparisons without checkpoints
     hits.write(out, hits.record(scene, algorithm, global_params(setup, state.params),
                                 state.params, client_states.private, test_data, mode,
-                                c.rounds, tested_files(out), ap))
+                                c.rounds, tested_files(out), ap, c.clients_per_round))
     table = format_table(report) + ("" if comm is None else
                                      "\n\n" + communication.describe(comm))
     table += "\n\n" + cross_device.describe(extra) if extra else ""

@@ -51,7 +51,7 @@ def personal_key(mode: str) -> str:
 
 
 def record(scene, algorithm, global_params, params, private, test, mode: str, at_round: int,
-           test_files: dict[str, Any], ap=None) -> dict[str, Any]:
+           test_files: dict[str, Any], ap=None, block: int | None = None) -> dict[str, Any]:
     """The record of one run's models (see the module docstring).
 
     Args:
@@ -67,6 +67,8 @@ def record(scene, algorithm, global_params, params, private, test, mode: str, at
       test_files: the test-split corpus files (name -> size and SHA-256) the run recorded.
       ap: the Ap phase's :class:`~fedjax_sc.core.personalize.Personalization` of every
         client (its ``correct`` gathered from every process), or None without one.
+      block: the personalised models evaluated ``block`` clients at a time
+        (:func:`fedjax_sc.run.loading.by_blocks`; a sampled run's M), None: all at once.
 
     Returns:
       The record as a JSON-ready dict.
@@ -77,8 +79,9 @@ def record(scene, algorithm, global_params, params, private, test, mode: str, at
         models["global"] = np.asarray(make_example_hits(algorithm.global_predict)(
             global_params, test))
     if private is not None and jax.tree.leaves(private):
-        models[personal_key(mode)] = np.asarray(make_personal_evaluate(
-            algorithm.predict, hits=True)((params, loading.rows(private, scene)), test)[mode])
+        models[personal_key(mode)] = loading.by_blocks(
+            make_personal_evaluate(algorithm.predict, hits=True), params,
+            loading.rows(private, scene), test, block)[mode]
     ap_correct = (None if ap is None or ap.correct is None else
                   np.asarray(loading.rows(ap.correct[mode], scene)))
     first = 0 if scene.share is None else scene.share[0]

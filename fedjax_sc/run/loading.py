@@ -328,25 +328,28 @@ def accuracies(scene: scenes.Scene, global_eval, personal_eval, global_params, p
     """Ag^k (``global_eval(global_params, test)``; None without) and the personalised
     accuracies (``personal_eval((params, private rows), test)``; None without) of every
     client, float32 ``[K]`` (a dict of them per mode), from this process's share.
-
-    ``block``: the private leaves are host arrays of all N clients (partial participation):
-    evaluate ``block`` clients at a time (the last block padded with copies of its first
-    client), so that the device holds a round's worth of them, not N (one program of
-    ``block`` clients)."""
+    ``block``: :func:`by_blocks`."""
     ag = None if global_eval is None else np.asarray(global_eval(global_params, test))
-    personal = None
-    if personal_eval is not None:
-        own = rows(private, scene)
-        k = int(test.tokens.shape[0])
-        if block is None or block >= k:
-            personal = {m: np.asarray(v) for m, v in personal_eval((params, own), test).items()}
-        else:
-            parts = []
-            for lo in range(0, k, block):
-                idx = np.arange(lo, min(lo + block, k))
-                (mine, data), _ = participation.pad_clients(
-                    participation.gather((own, test), idx), block)
-                parts.append({m: np.asarray(v)[:len(idx)]
-                              for m, v in personal_eval((params, mine), data).items()})
-            personal = {m: np.concatenate([part[m] for part in parts]) for m in parts[0]}
+    personal = (None if personal_eval is None else
+                by_blocks(personal_eval, params, rows(private, scene), test, block))
     return gather_clients((ag, personal), scene)
+
+
+def by_blocks(evaluate: Callable, params: Any, private: Any, test: ClientData,
+              block: int | None) -> Any:
+    """``evaluate((params, private), test)`` of every client, as NumPy with the client axis
+    first. ``block``: where the private leaves are host arrays of all N clients (partial
+    participation), ``block`` clients at a time (the last block padded with copies of its
+    first client, dropped), so that the device holds a round's worth of them, not N (one
+    program of ``block`` clients); None: all at once."""
+    k = int(test.tokens.shape[0])
+    if block is None or block >= k:
+        return jax.tree.map(np.asarray, evaluate((params, private), test))
+    parts = []
+    for lo in range(0, k, block):
+        idx = np.arange(lo, min(lo + block, k))
+        (mine, data), _ = participation.pad_clients(participation.gather((private, test), idx),
+                                                    block)
+        parts.append(jax.tree.map(lambda v, n=len(idx): np.asarray(v)[:n],
+                                  evaluate((params, mine), data)))
+    return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)

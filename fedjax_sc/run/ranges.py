@@ -110,7 +110,8 @@ def clients(c: Any) -> None:
     Raises:
       ValueError: an unknown partition, sampling or padding; a partition's missing or
         extra setting; ``--synthetic-zipf`` not above 1, with another scene or another
-        partition than natural; ``--clients-per-round`` < 1 (each names its flag).
+        partition than natural; ``--clients-per-round`` < 1, ``--sampling size`` without
+        it (each names its flag).
     """
     if c.partition not in partition.PARTITIONS:
         raise ValueError(f"unknown partition {c.partition!r}; choose from "
@@ -139,4 +140,7 @@ def clients(c: Any) -> None:
                          f"{participation.SAMPLINGS}")
     if c.clients_per_round is not None and c.clients_per_round < 1:
         raise ValueError(f"--clients-per-round must be >= 1, got {c.clients_per_round}")
+    if c.sampling == "size" and c.clients_per_round is None:
+        raise ValueError("--sampling size draws a round's --clients-per-round M clients; "
+                         "without it every client takes part, weighed by N^k")
     cross_device.check_padding(c.padding)

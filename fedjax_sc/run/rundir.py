@@ -398,7 +398,7 @@ def _round_of(line: str) -> int:
         row = json.loads(line)
     except ValueError:
         return 0
-    is_round = isinstance(row, dict) and row.get("phase") == "round"
+    is_round = isinstance(row, dict) and row.get("phase", "round") == "round"
     return int(row.get("round", 0)) if is_round else 0
 
 

@@ -223,6 +223,9 @@ def _prepare(cs: list[TrainConfig], log: Callable[[str], None], checked: process
     if c.clients_per_round is not None and c.clients_per_round > scene.num_clients:
         raise ValueError(f"--clients-per-round {c.clients_per_round} > {scene.num_clients} "
                          f"clients")
+    if c.sampling == "size" and c.clients_per_round == scene.num_clients:
+        raise ValueError(f"--sampling size with --clients-per-round {c.clients_per_round}, "
+                         f"every client: each takes part, weighed by N^k; give M < N")
     has_private = bool(jax.tree.leaves(client_states.private))
     global_eval = (None if algorithm.global_predict is None
                    else make_evaluate(algorithm.global_predict))
@@ -390,8 +393,7 @@ def _train_rounds(cs: list[TrainConfig], p: _Prepared, checked: processes.Agreem
             if lr_at is not None:
                 row["lr"] = cs[i].lr * lr_at(r)
             rundir.append_text(metrics_paths[i], json.dumps(row) + "\n")
-            trackers[i].round(row, list(names) if not feed.partial else
-                              [names[k] for k in idx])
+            trackers[i].round(row, list(names))
             save_checkpoint(ckpts[i], r, population.member(state, i), feed.member_private(i))
             # the last rounds' pace: the first includes compiling, and the load changes
             eta = (c.rounds - r) * float(np.mean(durations[-5:]))

@@ -55,16 +55,14 @@ def test_size_sampling_weighs_each_client_by_its_share_in_expectation():
     counts, m, rounds = np.asarray([10, 10, 80]), 2, 4000
     share = np.zeros(3)
     for r in range(rounds):
-        idx = pt.sample_clients(0, r, counts, m, "size")
-        w = pt.aggregation_weights(counts[idx], "size")
+        idx, draws = pt.distinct(pt.sample_clients(0, r, counts, m, "size"))
+        w = pt.aggregation_weights(counts[idx], "size", draws)
         np.add.at(share, idx, w / w.sum())
     np.testing.assert_allclose(share / rounds, [0.1, 0.1, 0.8], atol=0.015)
-
-
-def test_a_client_in_two_slots_keeps_its_later_slots_state():
-    tree = {"a": np.zeros((3, 2))}
-    pt.write(tree, np.asarray([0, 2, 2]), {"a": np.asarray([[1, 1], [2, 2], [3, 3], [9, 9]])})
-    assert tree["a"].tolist() == [[1, 1], [0, 0], [3, 3]]
+    idx, draws = pt.distinct(np.asarray([0, 2, 2]))
+    assert (idx.tolist(), draws.tolist()) == ([0, 2], [1, 2])
+    assert pt.aggregation_weights(np.asarray([5, 0]), "size", draws).tolist() == [1, 0]
+    assert pt.aggregation_weights(np.asarray([5, 7]), "uniform", draws).tolist() == [5, 7]
 
 
 @settings(max_examples=30, deadline=None)
@@ -103,6 +101,28 @@ def test_sampled_training_keeps_unsampled_private_leaves_and_resumes_exactly(tmp
         np.testing.assert_array_equal(head(k), head(unseen[0]))
     for k in seen:
         assert not np.allclose(head(k), head(unseen[0]))
+    # every client's evaluation is named as that client, the round's training figures as
+    # the round's clients (FedPer has no global model: its personalised accuracy)
+    import csv
+
+    from fedjax_sc.run.paper.tidy_csv import metrics_csv
+    from fedjax_sc.run.plumbing.tracking import round_scalars
+    metrics_csv([tmp_path / "a"], tmp_path / "m.csv")
+    table = list(csv.DictReader((tmp_path / "m.csv").open()))
+    names = [f"client {k}" for k in range(6)]
+    for r, row in zip((1, 2), rows):
+        got = {(x["client"], x["metric"]): float(x["value"]) for x in table
+               if x["round"] == str(r) and x["client"] != "all"}
+        report = json.loads((tmp_path / "a" / "report.json").read_text())
+        every = [c["client"] for c in report["clients"]]
+        assert [got[c, "personal"] for c in every] == row["personal_per_client"]
+        losses = {c: v for (c, m), v in got.items() if m == "train_loss"}
+        assert losses == {every[k]: v for k, v in zip(row["clients"],
+                                                      row["train_loss_per_client"])}
+        scalars = round_scalars(row, names)
+        for slot, k in enumerate(row["clients"]):
+            assert scalars[f"train_loss_per_client/client {k}"] == \
+                row["train_loss_per_client"][slot]
     # a run stopped after round 1 and resumed (private leaves, sampling, adam state) is the same
     train(TrainConfig(rounds=1, out=str(tmp_path / "b"), **kw), log=quiet)
     resumed = train(TrainConfig(rounds=2, out=str(tmp_path / "b"), resume=True, **kw),
@@ -125,24 +145,26 @@ def test_pad_clients_on_a_population_axis_copies_the_first_client():
     assert real == 2 and same is picked
 
 
-def test_size_sampling_trains_a_client_drawn_twice_in_both_slots(tmp_path):
-    """A client holding two slots of a round trains in each (its two updates differ: the
-    slots' keys) and keeps its later slot's private leaves; the run resumes exactly."""
+def test_size_sampling_trains_a_client_drawn_twice_once_with_twice_the_weight(tmp_path):
+    """A client drawn twice trains once and weighs 2: the round's clients are distinct, so
+    a stateful method's state stays the mean of its clients' (SCAFFOLD's c = mean c_i);
+    the run resumes exactly."""
     kw = dict(synthetic_clients=2, synthetic_train=30, synthetic_test=6, max_len=8,
-              embed_dim=6, hidden=4, mlp_hidden=4, ap=False, algorithm="fedper",
+              embed_dim=6, hidden=4, mlp_hidden=4, ap=False, algorithm="scaffold",
               partition="dirichlet_quantity", num_clients=4, beta=0.3,
               clients_per_round=3, sampling="size", rounds=3)
     quiet = lambda _: None
     full = train(TrainConfig(out=str(tmp_path / "a"), **kw), log=quiet)
     rows = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
-    twice = [(r, i) for r in rows for i in range(2) if r["clients"][i] == r["clients"][i + 1]]
-    assert twice, [r["clients"] for r in rows]  # seeded: some round draws a client twice
-    r, i = twice[0]
-    assert r["train_loss_per_client"][i] != r["train_loss_per_client"][i + 1]
+    sampled = [r["clients"] for r in rows]
+    assert all(s == sorted(set(s)) for s in sampled)  # distinct
+    assert any(len(s) < 3 for s in sampled), sampled  # seeded: some round draws one twice
+    c, ci = full["server_state"], full["client_state"]
+    chex.assert_trees_all_close(c, jax.tree.map(lambda x: x.mean(0), ci), atol=1e-6)
     train(TrainConfig(out=str(tmp_path / "b"), **{**kw, "rounds": 1}), log=quiet)
     resumed = train(TrainConfig(out=str(tmp_path / "b"), resume=True, **kw), log=quiet)
-    chex.assert_trees_all_close((resumed["params"], resumed["private"]),
-                                (full["params"], full["private"]), atol=1e-6)
+    chex.assert_trees_all_close((resumed["params"], resumed["server_state"]),
+                                (full["params"], full["server_state"]), atol=1e-6)
 
 
 def test_personal_accuracies_by_blocks_equal_all_clients_at_once():
@@ -166,6 +188,21 @@ def test_personal_accuracies_by_blocks_equal_all_clients_at_once():
     shared = {"b": jnp.zeros(2)}
     whole = loading.accuracies(scene, None, evaluate, None, shared, private, test)[1]
     assert len(set(whole["sp"].tolist())) > 1  # the clients' models differ
+    hits = make_personal_evaluate(predict, hits=True)  # the end-of-run test record's
+    every = loading.by_blocks(hits, shared, private, test, None)["sp"]
     for block in (1, 2, 3, 5, 8):
         got = loading.accuracies(scene, None, evaluate, None, shared, private, test, block)[1]
         np.testing.assert_array_equal(got["sp"], whole["sp"])
+        np.testing.assert_array_equal(loading.by_blocks(hits, shared, private, test,
+                                                        block)["sp"], every)
+
+
+def test_size_sampling_needs_fewer_clients_per_round_than_clients(tmp_path):
+    kw = dict(synthetic_clients=3, synthetic_train=6, synthetic_test=3, max_len=6,
+              embed_dim=4, hidden=3, mlp_hidden=4, ap=False, rounds=1, sampling="size")
+    with pytest.raises(ValueError, match="--sampling size draws a round's --clients-per-round"):
+        train(TrainConfig(out=str(tmp_path / "a"), **kw), log=lambda _: None)
+    with pytest.raises(ValueError, match="--clients-per-round 3, every client"):
+        train(TrainConfig(out=str(tmp_path / "b"), clients_per_round=3, **kw),
+              log=lambda _: None)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

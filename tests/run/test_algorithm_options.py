@@ -65,6 +65,11 @@ def test_get_holds_a_given_option_to_its_defaults_kind():
         options.get("typo", 0.1)
     with pytest.raises(ValueError, match="true or false expected"):
         options.get("mode", False)
+    numbers = ReadOptions({"k": 2.5, "n": 4.0, "flag": 1.0})
+    with pytest.raises(ValueError, match="k=2.5: a whole number expected"):
+        numbers.get("k", 1)
+    assert numbers.get("n", 1) == 4 and isinstance(numbers.get("n", 1), int)
+    assert numbers.get("flag", False) is True
     assert options.unread == []
 
 

@@ -168,6 +168,9 @@ def test_a_model_with_non_finite_scores_classifies_nothing():
     hits = example_hits(scores, None, jnp.asarray([[1], [0], [0]]), jnp.zeros(3, jnp.int32),
                         jnp.asarray([True, True, False]), batch_size=2)
     assert hits.tolist() == [False, True, False]  # nan scores, class 0 by argmax, padding
+    masked = lambda params, x: jnp.where(jnp.arange(2) == 1, -jnp.inf, 0.0) * jnp.ones((1, 2))
+    assert example_hits(masked, None, jnp.asarray([[1]]), jnp.zeros(1, jnp.int32),
+                        jnp.asarray([True]), batch_size=1).tolist() == [True]  # -inf: ruled out
 
 
 def test_cli_train_and_errors(tmp_path, capsys):

@@ -91,8 +91,12 @@ def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
                     add("all", metric, value)
             for metric, value in (r.get("server") or {}).items():
                 add("all", f"server_{metric}", value)
-            for key, metric in (("Ag_per_client", "Ag"), ("train_loss_per_client", "train_loss"),
-                                ("personal_per_client", "personal"),
+            # every client's evaluation and communication figures; the round's clients'
+            # training figures (a sampled round lists them in "clients")
+            for key, metric in (("Ag_per_client", "Ag"), ("personal_per_client", "personal")):
+                for k, value in enumerate(r.get(key) or []):
+                    add(_name(names, k), metric, value)
+            for key, metric in (("train_loss_per_client", "train_loss"),
                                 ("local_steps_per_client", "local_steps")):
                 for k, value in enumerate(r.get(key) or []):
                     add(_name(names, k, r.get("clients")), metric, value)
@@ -105,7 +109,7 @@ def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
                     add("all", metric, comm[metric])
             for metric in ("download_bytes", "upload_sent_bytes"):
                 for k, value in enumerate(comm.get(metric) or []):
-                    add(_name(names, k, r.get("clients")), metric, value)
+                    add(_name(names, k), metric, value)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("w", newline="") as f:

@@ -66,8 +66,9 @@ def round_scalars(row: dict[str, Any], clients: Sequence[str]) -> dict[str, floa
 
     Args:
       row: a ``"phase": "round"`` row (:func:`fedjax_sc.run.train.train_population`).
-      clients: the names of the row's per-client entries, in their order (``[K]`` or, with
-        partial participation, the sampled clients).
+      clients: the names of all K clients; with partial participation the row's
+        ``clients`` (the round's) name its per-slot entries (``train_loss_per_client``), the
+        evaluation of every client (``Ag_per_client``) names all.
 
     Returns:
       ``{name: value}``: :func:`round_figures` (accuracies in [0, 1], losses in nats,
@@ -88,10 +89,13 @@ def round_scalars(row: dict[str, Any], clients: Sequence[str]) -> dict[str, floa
     comm = row.get("communication") or {}
     if "upload_sent_MB_mean" in comm:
         out["upload_sent_MB_mean"] = comm["upload_sent_MB_mean"]
+    sampled = row.get("clients")  # the round's clients: the per-slot lists follow them
     for key in ("Ag_per_client", "train_loss_per_client"):
-        for name, value in zip(clients, row.get(key) or []):
-            if value is not None:
-                out[f"{key}/{name}"] = value
+        for k, value in enumerate(row.get(key) or []):
+            slot = sampled is not None and key == "train_loss_per_client"
+            index = sampled[k] if slot else k
+            if value is not None and index < len(clients):
+                out[f"{key}/{clients[index]}"] = value
     return out
 
 
@@ -241,7 +245,8 @@ class Tracker:
             self.backends.append(_WandB(config, population))
 
     def round(self, row: dict[str, Any], clients: list[str]) -> None:
-        """One ``metrics.jsonl`` round row; ``clients`` names the per-client entries."""
+        """One ``metrics.jsonl`` round row; ``clients`` names all K clients
+        (:func:`round_scalars`)."""
         if self.backends:
             self._write([round_scalars(row, clients)], "round", row["round"])
 
