@@ -94,8 +94,9 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    "embeddings (default: --lr; the iyy preset 0.01, the paper's Sec. 5.2)")
     t.add_argument("--lr-schedule", default=default("lr_schedule"), metavar="SPEC",
                    help="--lr over the rounds: constant, cosine (to 0 over --rounds), "
-                   "step:EVERY:FACTOR or exponential:FACTOR (optax schedules); the Ap phase's "
-                   "mu multiplies the initial --lr (default: %(default)s)")
+                   "step:EVERY:FACTOR or exponential:FACTOR (optax schedules; not with "
+                   "--embedding-lr or FedNova); the Ap phase's mu multiplies the initial "
+                   "--lr (default: %(default)s)")
     generated(t.add_argument_group("KTEPS loss (Eq. 7-9; kteps, kteps_star and arch_a/b/c)"),
               "kteps")
     u = t.add_argument_group("upload privacy and compression (KTEPS*, Alg. 1; any algorithm)")
