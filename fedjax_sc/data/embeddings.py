@@ -270,8 +270,9 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
     """
     path = Path(path)
     stat = path.stat()  # FileNotFoundError; a changed file is read anew
-    num_words, dim, vectors, notes = _vocab_vectors(path, (stat.st_ino, stat.st_mtime_ns,
-                                                          stat.st_size), tuple(vocab.words))
+    num_words, dim, vectors, notes = _vocab_vectors(path, (stat.st_dev, stat.st_ino,
+                                                          stat.st_mtime_ns, stat.st_size),
+                                                    tuple(vocab.words))
     init = random_embeddings(len(vocab), dim, seed=seed, scale=oov_scale)
     matrix, mask = init.matrix, np.zeros(len(vocab), bool)
     for row, vector in vectors.items():
@@ -282,12 +283,12 @@ def word_vectors(path: str | Path, vocab: Vocabulary, seed: int = 0,
 
 
 @functools.lru_cache(maxsize=2)
-def _vocab_vectors(path: Path, version: tuple[int, int, int], words: tuple[str, ...]
+def _vocab_vectors(path: Path, version: tuple[int, ...], words: tuple[str, ...]
                    ) -> tuple[int, int, dict[int, np.ndarray], tuple[str, ...]]:
     """The checks and lookups of :func:`word_vectors` that do not depend on the seed: the
     number of the vocabulary's words (but ``<pad>``, ``<unk>``), d, the vectors found (row ->
-    float32 ``[d]``, read-only) and the notes. Cached per process by file, its ``version`` (inode,
-    modification time in ns, size) and vocabulary, so the members of a population read a file once."""
+    float32 ``[d]``, read-only) and the notes. Cached per process by file, its ``version`` (device,
+    inode, modification time in ns, size) and vocabulary, so the members of a population read a file once."""
     dim = vector_dim(path)
     rows = {w: i for i, w in enumerate(words) if i not in (PAD, UNK)}
     vectors: dict[int, np.ndarray] = {}
