@@ -146,6 +146,7 @@ def test_non_finite_update_stops_the_run_naming_round_and_client(tmp_path):
     assert not list((tmp_path / "nan/checkpoints").glob("1"))
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
 def test_a_server_step_that_diverges_stops_the_run_and_is_not_saved(tmp_path):
     """The clients' updates are finite; the server optimizer's step is not: the round is
     neither saved nor scored (a nan model would score its class 0's share)."""
