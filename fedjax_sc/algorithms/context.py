@@ -112,8 +112,8 @@ class ReadOptions(Mapping):
         """The option ``name``, or ``default`` where it is not given; a given value is held to
         ``default``'s kind: an int where a float is the default becomes that float, a whole
         float where an int is (``k=5.0``) that int, a bool default takes ``true``/``false``
-        (or 1/0), and a text where a number is the default, a fraction where a whole number
-        is, or another value where a bool is, is refused (a typo such as ``alpha=0.1x`` would otherwise reach the loss as
+        (or 1/0), and a text where a number is the default, or another value where a bool
+        is, is refused (a typo such as ``alpha=0.1x`` would otherwise reach the loss as
         a string). A traced grid value passes as it is.
 
         Raises:
@@ -132,12 +132,10 @@ class ReadOptions(Mapping):
         if isinstance(default, (int, float)) and isinstance(value, str):
             raise ValueError(f"--algorithm-option {name}={value}: a number expected (the "
                              f"builder's default is {default!r})")
-        if isinstance(default, int) and isinstance(value, float):
-            if not value.is_integer():
-                raise ValueError(f"--algorithm-option {name}={value}: a whole number "
-                                 f"expected (the builder's default is {default!r})")
+        if isinstance(default, int) and isinstance(value, float) and value.is_integer():
             return int(value)
-        if isinstance(default, float) and isinstance(value, int):
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value,
+                                                                                    bool):
             return float(value)
         return value
 

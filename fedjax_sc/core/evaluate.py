@@ -37,8 +37,8 @@ def example_hits(scores: Scores, params: Params, tokens: jax.Array, labels: jax.
       batch_size: examples per forward pass (memory bound only).
 
     Returns:
-      bool ``[n]`` (False at padding, and where a score is nan or +inf: a diverged model
-      classifies nothing; -inf rules a class out), or ``{mode: bool [n]}`` when ``scores`` returns a dict.
+      bool ``[n]`` (False at padding, and where a score is nan or +inf or every score is
+      -inf: a diverged model classifies nothing; -inf on some classes rules them out), or ``{mode: bool [n]}`` when ``scores`` returns a dict.
     """
     n = tokens.shape[0]
     steps = math.ceil(n / batch_size)
@@ -49,11 +49,12 @@ def example_hits(scores: Scores, params: Params, tokens: jax.Array, labels: jax.
 
     def body(_, batch):
         x, y, m = batch
-        # a row with a nan or +inf score (a diverged model) is wrong, not argmax's pick of
-        # class 0 among nans; -inf is a class ruled out, as a masked logit is
+        # a row with a nan or +inf score (a diverged model), or with every class at -inf,
+        # is wrong, not argmax's pick of class 0; -inf on some classes rules them out, as a
+        # masked logit does
         return None, jax.tree.map(lambda s: (jnp.argmax(s, -1) == y) & m
-                                  & ~jnp.any(jnp.isnan(s) | (s == jnp.inf), -1),
-                                  scores(params, x))
+                                  & ~jnp.any(jnp.isnan(s) | (s == jnp.inf), -1)
+                                  & jnp.any(s > -jnp.inf, -1), scores(params, x))
 
     _, hits = jax.lax.scan(body, None, (tokens, labels, mask))
     return jax.tree.map(lambda h: h.reshape(-1)[:n], hits)

@@ -76,7 +76,7 @@ class PopulationFeed:
                  padding: str = "bucket", own: bool = False):
         self.padding = participation.check_padding(padding)
         self.slots = self.examples = 0  # example slots and real examples of the last inputs
-        self.draws: list[np.ndarray | None] = [None] * len(seeds)  # of the last sample()
+        self._sampled: list[Any] = [None] * len(seeds)  # (idx, draws) of the last sample()
         self.mesh, self.seeds = mesh, [int(s) for s in seeds]
         self.size = len(self.seeds)
         self.member_axis = member_axis
@@ -127,15 +127,14 @@ class PopulationFeed:
     def sample(self, round_index: int) -> list[np.ndarray]:
         """Every member's clients for the round, distinct and sorted (all N, in order,
         without sampling); their draws (:func:`~fedjax_sc.core.participation.distinct`, one
-        each but under size sampling) weigh them in the next :meth:`inputs`."""
+        each but under size sampling) weigh them when :meth:`inputs` gets these clients
+        (other clients: one draw each)."""
         if not self.partial:
-            self.draws = [np.ones(self.num_clients, np.int64)] * self.size
             return [np.arange(self.num_clients)] * self.size
-        picked = [participation.distinct(participation.sample_clients(
+        self._sampled = [participation.distinct(participation.sample_clients(
             seed, round_index, self.data.counts, self.num_sampled, self.sampling))
             for seed in self.seeds]
-        self.draws = [times for _, times in picked]
-        return [idx for idx, _ in picked]
+        return [idx for idx, _ in self._sampled]
 
     def inputs(self, idxs: Sequence[np.ndarray]) -> tuple[Any, Any]:
         """``(data, private)`` of every member's clients ``idxs[i]`` on the mesh: ``data``
@@ -148,8 +147,8 @@ class PopulationFeed:
         else:
             # K' <= M distinct clients under size sampling: padded to the round's K
             rows = [participation.round_data(self.data, idx, self.sampling, self.round_size,
-                                             draws)
-                    for idx, draws in zip(idxs, self.draws, strict=True)]
+                                             self._draws_of(i, idx))
+                    for i, idx in enumerate(idxs)]
             n = participation.padded_examples(np.concatenate([r.counts for r in rows]),
                                               self.data.mask.shape[1], self.padding)
             rows = [participation.trim_examples(r, n) for r in rows]
@@ -196,6 +195,14 @@ class PopulationFeed:
         for i, idx in enumerate(idxs):
             if keep[i]:
                 participation.write(self._member(self.private, i), idx, self._member(rows, i))
+
+    def _draws_of(self, i: int, idx: np.ndarray) -> np.ndarray | None:
+        """Member ``i``'s draws of clients ``idx``: those of the last :meth:`sample` where
+        ``idx`` is what it returned, else one each."""
+        sampled = self._sampled[i]
+        if sampled is not None and np.array_equal(sampled[0], idx):
+            return sampled[1]
+        return None
 
     def member_private(self, i: int) -> Any:
         """Member ``i``'s private leaves ``[N, ...]`` (device arrays when resident, else

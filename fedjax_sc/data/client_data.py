@@ -27,8 +27,8 @@ class ClientData(NamedTuple):
         row ids (PAD and UNK first, padded with PAD).
       vocab_mask: optional bool ``[num_clients, R]``, False on the padding of ``vocab_ids``.
       weights: optional float32 ``[num_clients]``, unnormalised aggregation weights; None:
-        N^k (FedAvg). Size-proportional client sampling passes 1 per sampled client, and a
-        padding client (added to fill a device mesh) 0.
+        N^k (FedAvg). Size-proportional client sampling passes each sampled client's number
+        of draws, and a padding client (added to fill a device mesh or a round) 0.
     """
 
     tokens: jax.Array

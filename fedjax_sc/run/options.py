@@ -153,7 +153,8 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    "the Ap phase fine-tunes the clients in blocks of M")
     f.add_argument("--sampling", choices=("uniform", "size"), default=default("sampling"),
                    help="uniform: M distinct clients, N^k-weighted mean; size: M draws "
-                   "proportional to N^k with replacement, plain mean")
+                   "proportional to N^k with replacement, each client weighed by its draws "
+                   "(needs --clients-per-round below N)")
     f.add_argument("--padding", default=default("padding"),
                    metavar="{" + ",".join(PADDINGS) + "}", help="a sampled round's example "
                    "axis: the largest sampled client rounded up to a power of two (bucket), "

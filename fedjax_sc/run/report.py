@@ -140,17 +140,21 @@ def round_row(r: int, m: Any, ag: np.ndarray | None, personal: dict[str, np.ndar
       hetero: heterogeneous clients: ``local_steps_per_client`` and ``participants`` (the
         clients that ran at least one step) are recorded. Either way the train loss and aux
         means cover the clients that ran a step (not one without training data), and are
-        None when none did (every client dropped out).
+        None when none did (every client dropped out); such a client's per-client train
+        loss and aux figures are None.
     """
     took_part = m.steps > 0
     mean = lambda v: float(np.mean(v[took_part])) if took_part.any() else None  # noqa: E731
     row = {"phase": "round", "round": r, "train_loss": mean(m.train_loss),
            "Ag": None if ag is None else mean_accuracy(ag),
            "seconds": seconds, "client_steps_per_s": int(m.steps.sum()) / seconds,
-           "train_loss_per_client": m.train_loss.round(5).tolist(),
+           # a client that ran no step has no train loss or aux figure: null, not 0
+           "train_loss_per_client": [x if ran else None for x, ran in
+                                     zip(m.train_loss.round(5).tolist(), took_part)],
            "Ag_per_client": None if ag is None else accuracy_list(ag),
            "aux": {k: mean(v) for k, v in m.aux.items()},
-           "aux_per_client": {k: [float(f"{x:.6g}") for x in v.tolist()]  # a term of 3e-5
+           "aux_per_client": {k: [float(f"{x:.6g}") if ran else None  # a term of 3e-5
+                                  for x, ran in zip(v.tolist(), took_part)]
                               for k, v in m.aux.items()},
            "communication": comm}
     if hetero:

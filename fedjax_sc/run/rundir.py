@@ -399,7 +399,8 @@ def _round_of(line: str) -> int:
     except ValueError:
         return 0
     is_round = isinstance(row, dict) and row.get("phase", "round") == "round"
-    return int(row.get("round", 0)) if is_round else 0
+    number = row.get("round") if is_round else None
+    return number if isinstance(number, int) else 0
 
 
 def last_round(out: Path) -> int | None:

@@ -39,7 +39,7 @@ def _member(folder: Path) -> dict[str, float | None] | None:
     if (folder / "metrics.jsonl").is_file():
         for line in (folder / "metrics.jsonl").read_text().splitlines():
             row = json.loads(line) if line.strip() else {}
-            if row.get("phase") == "round" and row.get("Ag") is not None:
+            if row.get("phase", "round") == "round" and row.get("Ag") is not None:
                 rounds.append(row["Ag"])
     return {"Ag": report.get("Ag"), "Ap": report.get("Ap"),
             "Ag_last10": float(np.mean(rounds[-LAST:])) if rounds else None,

@@ -176,3 +176,25 @@ def test_a_feed_given_its_states_writes_them_in_place():
     feed.update([idx], jax.tree.map(lambda x: x + 100, private), [True])
     assert feed.private["head"]["w"] is given["head"]["w"]
     np.testing.assert_array_equal(given["head"]["w"][idx], _private(n)["head"]["w"][idx] + 100)
+
+
+def test_size_sampling_weighs_the_sampled_clients_by_their_draws_and_others_by_one():
+    """inputs() of the clients sample() gave weighs each by its draws (a client drawn twice
+    trains once, weight 2), padded to M slots; other clients get one draw each."""
+    from fedjax_sc.core import participation
+    data, n = _host(), 5
+    feed = ClientFeed(data, _private(n), sharding.client_mesh(jax.devices()[:1]), 4,
+                      sampling="size", seed=0)
+    for r in range(1, 20):  # a round that draws a client more than once
+        idx = feed.sample(r)
+        _, draws = participation.distinct(participation.sample_clients(
+            0, r, data.counts, 4, "size"))
+        if len(idx) < 4:
+            break
+    got, _ = feed.inputs(idx)
+    weights = np.asarray(got.weights)
+    assert weights.shape == (4,) and weights[:len(idx)].tolist() == draws.tolist()
+    assert weights.sum() == 4 and (weights[len(idx):] == 0).all()  # padding slots
+    other = np.setdiff1d(np.arange(n), idx)[:2]
+    got, _ = feed.inputs(other)
+    assert np.asarray(got.weights)[:len(other)].tolist() == [1.0] * len(other)

@@ -144,7 +144,11 @@ def test_a_round_where_no_client_trained_has_no_train_loss(tmp_path):
     plain = report.round_row(1, trained, None, None, "sp", 1.0, None, None, False)
     assert plain["train_loss"] == pytest.approx(0.7) and "participants" not in plain  # a
     # client without training data (--allow-empty-clients) runs no step in a plain round too
-    small = trained._replace(aux={"term": np.asarray([3.14159e-5, 1.23456789], np.float32)})
+    assert plain["train_loss_per_client"] == [pytest.approx(0.7), None]  # null, not 0
+    assert plain["aux_per_client"] == {"accuracy": [0.0, None]}
+    assert "train_loss_per_client/b" not in tracking.round_scalars(plain, ["a", "b"])
+    small = trained._replace(aux={"term": np.asarray([3.14159e-5, 1.23456789], np.float32)},
+                             steps=np.asarray([2, 3], np.int32))
     assert report.round_row(1, small, None, None, "sp", 1.0, None, None, True)[
         "aux_per_client"] == {"term": [3.14159e-05, 1.23457]}  # six significant digits
 

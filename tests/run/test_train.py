@@ -172,6 +172,9 @@ def test_a_model_with_non_finite_scores_classifies_nothing():
     masked = lambda params, x: jnp.where(jnp.arange(2) == 1, -jnp.inf, 0.0) * jnp.ones((1, 2))
     assert example_hits(masked, None, jnp.asarray([[1]]), jnp.zeros(1, jnp.int32),
                         jnp.asarray([True]), batch_size=1).tolist() == [True]  # -inf: ruled out
+    nothing = lambda params, x: jnp.full((x.shape[0], 2), -jnp.inf)
+    assert example_hits(nothing, None, jnp.asarray([[1], [1]]), jnp.asarray([0, 1]),
+                        jnp.asarray([True, True]), batch_size=2).tolist() == [False, False]
 
 
 def test_cli_train_and_errors(tmp_path, capsys):

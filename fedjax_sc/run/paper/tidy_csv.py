@@ -99,10 +99,12 @@ def metrics_csv(runs: Sequence[str | Path], path: str | Path) -> int:
             for key, metric in (("train_loss_per_client", "train_loss"),
                                 ("local_steps_per_client", "local_steps")):
                 for k, value in enumerate(r.get(key) or []):
-                    add(_name(names, k, r.get("clients")), metric, value)
+                    if value is not None:  # a client that ran no step
+                        add(_name(names, k, r.get("clients")), metric, value)
             for metric, values in (r.get("aux_per_client") or {}).items():
                 for k, value in enumerate(values):
-                    add(_name(names, k, r.get("clients")), metric, value)
+                    if value is not None:
+                        add(_name(names, k, r.get("clients")), metric, value)
             comm = r.get("communication") or {}
             for metric in ("download_MB_mean", "upload_sent_MB_mean", "upload_sent_over_dense"):
                 if metric in comm:

@@ -101,7 +101,7 @@ def run_figure(run_dir: str | Path, path: str | Path | None = None) -> Path | No
     run_dir = Path(run_dir)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
             if line.strip()]
-    rounds = [r for r in rows if r.get("phase") == "round"]
+    rounds = [r for r in rows if r.get("phase", "round") == "round"]
     ap = [r for r in rows if r.get("phase") == "ap"]
     left = _curves(rounds, "Ag", "Ag_per_client", "round")
     label = "Ag (global model), %"
