@@ -38,7 +38,8 @@ def example_hits(scores: Scores, params: Params, tokens: jax.Array, labels: jax.
 
     Returns:
       bool ``[n]`` (False at padding, and where a score is nan or +inf or every score is
-      -inf: a diverged model classifies nothing; -inf on some classes rules them out), or ``{mode: bool [n]}`` when ``scores`` returns a dict.
+      -inf: a diverged model classifies nothing; -inf on some classes rules them out), or
+      ``{mode: bool [n]}`` when ``scores`` returns a dict.
     """
     n = tokens.shape[0]
     steps = math.ceil(n / batch_size)

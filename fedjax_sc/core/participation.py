@@ -20,6 +20,7 @@ Sampling is a pure function of ``(seed, round)``, so a resumed run samples the s
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -128,6 +129,25 @@ def write(tree: Any, idx: np.ndarray, rows: Any) -> None:
         x[idx] = np.asarray(r)[: len(idx)]
 
     jax.tree.map(put, tree, rows)
+
+
+def by_blocks(fn: Callable[..., Any], num_clients: int, block: int, trees: Sequence[Any],
+              axes: Sequence[int], out_axis: int = 0) -> Any:
+    """``fn(lo, *rows)`` on the clients in blocks of ``block``, so that a device holds
+    ``block`` clients at a time (one program of that size): ``rows`` are each of ``trees``'
+    clients ``lo .. lo + block - 1`` along its client axis (``axes``, 1 for a population's
+    ``[P, N, ...]`` leaves), the last block padded with copies of its first client
+    (:func:`pad_clients`), whose outputs are dropped; the outputs, host NumPy, joined on
+    ``out_axis``."""
+    parts = []
+    for lo in range(0, num_clients, block):
+        idx = np.arange(lo, min(lo + block, num_clients))
+        rows = [pad_clients(gather(t, idx, axis=a), block, axis=a)[0]
+                for t, a in zip(trees, axes, strict=True)]
+        out = jax.device_get(fn(lo, *rows))
+        parts.append(jax.tree.map(
+            lambda x, n=len(idx): np.take(np.asarray(x), np.arange(n), axis=out_axis), out))
+    return jax.tree.map(lambda *xs: np.concatenate(xs, axis=out_axis), *parts)
 
 
 def pad_clients(tree: Any, multiple: int, axis: int = 0) -> tuple[Any, int]:

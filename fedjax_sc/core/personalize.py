@@ -236,16 +236,10 @@ def _by_blocks(compiled, block, states, client_states, train, test, rngs, values
     first client, whose results are dropped), the curves joined on the client axis; host
     arrays."""
     client_states, train, test = jax.device_get((client_states, train, test))
-    parts = []
-    for lo in range(0, train.num_clients, block):
-        idx = np.arange(lo, min(lo + block, train.num_clients))
-        own, _ = participation.pad_clients(participation.gather(client_states, idx, axis=1),
-                                           block, axis=1)
-        (tr, te), _ = participation.pad_clients(participation.gather((train, test), idx),
-                                                block)
-        out = compiled(states, own, tr, te, rngs, values, jnp.int32(first + lo))
-        parts.append(jax.tree.map(lambda x: np.asarray(x)[:, :len(idx)], jax.device_get(out)))
-    return jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *parts)
+    return participation.by_blocks(
+        lambda lo, own, tr, te: compiled(states, own, tr, te, rngs, values,
+                                         jnp.int32(first + lo)),
+        train.num_clients, block, (client_states, train, test), (1, 0, 0), out_axis=1)
 
 
 def _member_phase(algorithm, optimizer, batch_size, num_evals, steps_per_eval,

@@ -339,17 +339,11 @@ def by_blocks(evaluate: Callable, params: Any, private: Any, test: ClientData,
               block: int | None) -> Any:
     """``evaluate((params, private), test)`` of every client, as NumPy with the client axis
     first. ``block``: where the private leaves are host arrays of all N clients (partial
-    participation), ``block`` clients at a time (the last block padded with copies of its
-    first client, dropped), so that the device holds a round's worth of them, not N (one
-    program of ``block`` clients); None: all at once."""
+    participation), ``block`` clients at a time
+    (:func:`fedjax_sc.core.participation.by_blocks`), so that the device holds a round's
+    worth of them, not N; None: all at once."""
     k = int(test.tokens.shape[0])
     if block is None or block >= k:
         return jax.tree.map(np.asarray, evaluate((params, private), test))
-    parts = []
-    for lo in range(0, k, block):
-        idx = np.arange(lo, min(lo + block, k))
-        (mine, data), _ = participation.pad_clients(participation.gather((private, test), idx),
-                                                    block)
-        parts.append(jax.tree.map(lambda v, n=len(idx): np.asarray(v)[:n],
-                                  evaluate((params, mine), data)))
-    return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
+    return participation.by_blocks(lambda lo, mine, data: evaluate((params, mine), data), k,
+                                   block, (private, test), (0, 0))

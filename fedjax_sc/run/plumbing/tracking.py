@@ -89,13 +89,13 @@ def round_scalars(row: dict[str, Any], clients: Sequence[str]) -> dict[str, floa
     comm = row.get("communication") or {}
     if "upload_sent_MB_mean" in comm:
         out["upload_sent_MB_mean"] = comm["upload_sent_MB_mean"]
-    sampled = row.get("clients")  # the round's clients: the per-slot lists follow them
-    for key in ("Ag_per_client", "train_loss_per_client"):
-        for k, value in enumerate(row.get(key) or []):
-            slot = sampled is not None and key == "train_loss_per_client"
-            index = sampled[k] if slot else k
-            if value is not None and index < len(clients):
-                out[f"{key}/{clients[index]}"] = value
+    losses = row.get("train_loss_per_client") or []
+    for key, values, ids in (  # every client evaluated; the round's clients trained
+            ("Ag_per_client", row.get("Ag_per_client") or [], range(len(clients))),
+            ("train_loss_per_client", losses, row.get("clients") or range(len(losses)))):
+        for k, value in zip(ids, values):
+            if value is not None and k < len(clients):
+                out[f"{key}/{clients[k]}"] = value
     return out
 
 
