@@ -10,6 +10,7 @@ its paper, the state it keeps and its file.
 
 from fedjax_sc.algorithms.apfl import apfl
 from fedjax_sc.algorithms.asp import asp
+from fedjax_sc.algorithms.compose import named_chain
 from fedjax_sc.algorithms.compression import pca_compress
 from fedjax_sc.algorithms.ditto import ditto, personalized
 from fedjax_sc.algorithms.dp_sgd import dp_sgd
@@ -55,4 +56,6 @@ __all__ = [
     "proximal", "mmd_penalty", "dynamic_regularizer", "model_contrastive", "control_variates",
     "personalized", "meta_gradient", "moreau_gradient", "pca_compress", "gaussian_noise",
     "model_change", "top_k", "probabilistic_quantization", "scaled_sign", "error_feedback", "client_sgd",
+    # several plug-ins that own state, side by side
+    "named_chain",
 ]

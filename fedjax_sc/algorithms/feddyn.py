@@ -97,7 +97,8 @@ def dynamic_regularizer(algorithm: Algorithm, num_clients: int,
     if int(num_clients) < 1:
         raise ValueError(f"FedDyn needs num_clients >= 1, got {num_clients}")
     if algorithm.hooks != Hooks():
-        raise ValueError(f"{algorithm.name} already owns state (hooks); FedDyn adds its own")
+        raise ValueError(f"{algorithm.name} already owns state (hooks); FedDyn adds its own"
+                         " (run both with fedjax_sc.algorithms.compose.named_chain)")
     base = algorithm.client_loss
 
     def loss(params: Params, batch: Batch, rng: jax.Array, start: ClientStart):

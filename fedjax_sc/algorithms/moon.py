@@ -68,7 +68,7 @@ def model_contrastive(algorithm: Algorithm, mu: float = DEFAULT_MU,
                          f"{type(model).__name__}")
     if algorithm.hooks != Hooks():
         raise ValueError(f"MOON keeps its own client state: {algorithm.name} has hooks "
-                         f"already")
+                         f"already (run both with fedjax_sc.algorithms.compose.named_chain)")
     base = algorithm.client_loss
     features = lambda params, tokens: model.apply({"params": params}, tokens,
                                                   method=model.features)

@@ -80,7 +80,8 @@ def control_variates(algorithm: Algorithm, learning_rate: hparams.Value,
     if int(num_clients) < 1:
         raise ValueError(f"SCAFFOLD needs num_clients >= 1, got {num_clients}")
     if algorithm.hooks != Hooks():
-        raise ValueError(f"{algorithm.name} already owns state (hooks); SCAFFOLD adds its own")
+        raise ValueError(f"{algorithm.name} already owns state (hooks); SCAFFOLD adds its own"
+                         " (run both with fedjax_sc.algorithms.compose.named_chain)")
     base = algorithm.client_loss
 
     def loss(params, batch, rng, start):
