@@ -36,7 +36,10 @@ class BuildContext(NamedTuple):
       num_clients: N, the clients of the federation (a server mean over every client).
       learning_rate, momentum, embedding_learning_rate: the client SGD (``--lr``,
         ``--momentum``, ``--embedding-lr``); in a population (``--grid lr=...``) the varied
-        ones are traced scalars: use them in arithmetic, never in a Python ``if``.
+        ones are traced scalars: use them in arithmetic, never in a Python ``if``. Under
+        ``--lr-schedule`` ``learning_rate`` is the round's (traced, one compiled round), so
+        a hook that divides by the step size (SCAFFOLD's option II) divides by the one the
+        round's local steps took.
       options: the algorithm's own settings, ``{name: value}`` from ``--algorithm-option
         NAME=VALUE`` (an int, a float or a string, as :func:`parse_option` reads it); a name
         the grid varies (``--grid q=0,1``) is a traced float32 scalar in a population. Read
