@@ -11,9 +11,9 @@ and each part sees only its own:
 
 * the client loss: each plug-in wraps the loss below it, as it would alone; the chain hands
   it a :class:`~fedjax_sc.algorithms.base.ClientStart` whose ``state`` and ``server`` are its
-  own part, and hands the loss below the whole start again (the plug-in is applied afresh,
-  at trace time, to a base whose loss closes over the call's whole start: pure functions, no
-  state on the side);
+  own part, and hands the loss below the whole start again (over a stateful part the
+  plug-in is applied afresh, at trace time, to a base whose loss closes over the call's
+  whole start: pure functions, no state on the side);
 * ``client_init`` / ``server_init``: every part's, by name;
 * ``client_end``: every part's on its own state, the messages by name (a part without one
   keeps its state and sends ``()``);
@@ -24,8 +24,8 @@ and each part sees only its own:
   part reads the model upload.
 
 A plug-in without hooks (FedProx's ``proximal``) adds no part: it wraps the loss as usual.
-The Ap phase's loss (``Algorithm.personal_loss``) is chained the same way where the base
-or a plug-in sets one.
+The Ap phase's loss (``Algorithm.personal_loss``) is chained the same way where a plug-in
+sets one; one that sets none keeps the loss below's, as it would alone.
 """
 
 from __future__ import annotations
@@ -49,6 +49,11 @@ def _restore(whole: ClientStart, seen: ClientStart) -> ClientStart:
     """What a part passed on to the loss below it (``seen``: its own view, params maybe
     changed), with the whole chain's states again (``whole``)."""
     return seen._replace(state=whole.state, server=whole.server)
+
+
+def _viewing(loss, name: str):
+    """``loss`` (of a plug-in over losses that read no state) on part ``name``'s view."""
+    return lambda params, batch, rng, start: loss(params, batch, rng, _view(start, name))
 
 
 def _stacked(algorithm: Algorithm, plugin: Plugin, name: str, below, personal: bool):
@@ -87,19 +92,27 @@ def _chained_hooks(parts: list[tuple[str, Hooks]]) -> Hooks:
             if h.server_update is None:
                 states[n] = s.state[n]
             else:
+                # no part's client_end: the engine hands the server no messages at all
+                messages = s.messages[n] if isinstance(s.messages, dict) else ()
                 params, states[n] = h.server_update(s._replace(
-                    params=params, state=s.state[n], messages=s.messages[n]))
+                    params=params, state=s.state[n], messages=messages))
         return params, states
 
     sending = [(n, h.server_state_sent) for n, h in parts if h.server_state_sent]
 
     def server_state_sent(state):
-        return {n: state[n] if sent is True else sent(state[n]) for n, sent in sending}
+        return {n: sent(state[n]) if callable(sent) else state[n] for n, sent in sending}
 
     measured = [(n, h.server_metrics) for n, h in parts if h.server_metrics is not None]
 
     def server_metrics(state):
-        return {f"{n}_{k}": v for n, f in measured for k, v in f(state[n]).items()}
+        figures = {}
+        for n, f in measured:
+            for k, v in f(state[n]).items():
+                if f"{n}_{k}" in figures:
+                    raise ValueError(f"named_chain: two server metrics named {n}_{k!s}")
+                figures[f"{n}_{k}"] = v
+        return figures
 
     return Hooks(
         client_init=client_init, server_init=server_init,
@@ -110,24 +123,35 @@ def _chained_hooks(parts: list[tuple[str, Hooks]]) -> Hooks:
         upload_sent=any(h.upload_sent for _, h in parts))
 
 
-def named_chain(algorithm: Algorithm, *plugins: tuple[str, Plugin],
-                name: str | None = None) -> Algorithm:
+def named_chain(algorithm: Algorithm, *plugins: tuple[str, Plugin], name: str | None = None,
+                base_name: str | None = None) -> Algorithm:
     """``algorithm`` with every plug-in of ``plugins`` applied in order, each owning its
     state under its name (see the module's docstring).
 
     Args:
       algorithm: the base; where it has hooks (MOON, FedDyn, one's own), its state is the
-        part named ``algorithm.name``.
+        part named ``base_name`` (default ``algorithm.name``: ``moon(...)``'s is ``moon``,
+        ``model_contrastive(fedavg(...))``'s ``fedavg``).
       plugins: ``(name, plugin)`` pairs; ``plugin`` maps an algorithm without hooks to one
         with a wrapped loss and (optionally) hooks of its own, e.g.
         ``("scaffold", lambda a: control_variates(a, lr, momentum, num_clients))``.
       name: the result's name (default: the base's and the plug-ins' names joined by ``+``).
+      base_name: see ``algorithm``.
 
     Returns:
       The :class:`Algorithm`: the last plug-in's fields (model, upload, aggregator, ...), the
       chained client loss and the chained :class:`Hooks`; its client and server states are
-      dicts ``{part: state}`` (``{}`` where no part keeps one). A chain whose only part is a
-      plug-in's runs exactly as that plug-in alone, its state one level down.
+      dicts ``{part: state}`` over the parts with hooks (a part without a client or server
+      state has ``()`` there; a chain without one has ``Hooks()``). A chain whose only part
+      is a plug-in's runs exactly as that plug-in alone, its state one level down, and so
+      does its Ap phase: a plug-in that sets no ``personal_loss`` keeps the one below.
+
+    Unlike optax's ``named_chain`` it starts from an algorithm, not a transform, and a
+    plug-in without hooks keeps no entry. Cost: the first stateful plug-in over a base
+    without hooks is applied once (MOON keeps its one forward pass for the cross-entropy
+    and its term); one over a stateful part is applied afresh at trace time over a loss
+    that is a plain function, so a plug-in that would share the base's forward pass
+    (MOON's ``CrossEntropy.with_feature_term``, FedMMD's) runs its own.
 
     Raises:
       ValueError: two parts of one name, a name that is not a non-empty string, or nothing
@@ -138,12 +162,10 @@ def named_chain(algorithm: Algorithm, *plugins: tuple[str, Plugin],
     parts: list[tuple[str, Hooks]] = []
     loss, personal = algorithm.client_loss, algorithm.personal_loss
     if algorithm.hooks != Hooks():  # the base's loss reads its own part
-        parts.append((algorithm.name, algorithm.hooks))
-        own = algorithm.name
-        base_loss, base_personal = loss, personal
-        loss = lambda p, b, r, s: base_loss(p, b, r, _view(s, own))
-        personal = None if base_personal is None else (
-            lambda p, b, r, s: base_personal(p, b, r, _view(s, own)))
+        own = base_name or algorithm.name
+        parts.append((own, algorithm.hooks))
+        loss = _viewing(loss, own)
+        personal = None if personal is None else _viewing(personal, own)
     current = algorithm._replace(hooks=Hooks())
     for part, plugin in plugins:
         if not isinstance(part, str) or not part:
@@ -152,14 +174,21 @@ def named_chain(algorithm: Algorithm, *plugins: tuple[str, Plugin],
         if part in {n for n, _ in parts}:
             raise ValueError(f"named_chain: two parts named {part!r}")
         built = plugin(current._replace(client_loss=loss, personal_loss=personal))
+        own_personal = built.personal_loss is not personal  # else the one below is kept
         if built.hooks == Hooks():  # stateless: it wraps the loss as usual, no part
             loss, personal = built.client_loss, built.personal_loss
+        elif not parts:  # the losses below read no state: built once, on its own view
+            loss = _viewing(built.client_loss, part)
+            if own_personal:
+                personal = (None if built.personal_loss is None
+                            else _viewing(built.personal_loss, part))
+            parts.append((part, built.hooks))
         else:
             below, below_personal = loss, personal
             loss = _stacked(current, plugin, part, below, personal=False)
-            if below_personal is not None or built.personal_loss is not None:
-                personal = _stacked(current, plugin, part, below_personal or below,
-                                    personal=True)
+            if own_personal:
+                personal = None if built.personal_loss is None else _stacked(
+                    current, plugin, part, below_personal or below, personal=True)
             parts.append((part, built.hooks))
         current = built._replace(hooks=Hooks())
     names = [algorithm.name, *(n for n, _ in plugins)]

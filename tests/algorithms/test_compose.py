@@ -47,15 +47,15 @@ def test_moon_at_mu_zero_leaves_scaffold_as_it_is_alone(model, scene, rounds):
     data = client_data(scene.train, local_vocab=True)
     n = scene.num_clients
     algorithm = named_chain(moon.model_contrastive(fedavg(model, LR, 0.9), mu=0.0),
-                            _variates(n))
+                            _variates(n), base_name="moon")
     state, clients, _ = rounds(algorithm, model, data, 2, n)
     alone = rounds(_variates(n)[1](fedavg(model, LR, 0.9)), model, data, 2, n)
     chex.assert_trees_all_close(state.params, alone[0].params, atol=1e-6)
     chex.assert_trees_all_close(state.algorithm["scaffold"], alone[0].algorithm, atol=1e-6)
-    assert set(state.algorithm) == {"fedavg", "scaffold"}  # MOON's part is named by its base
+    assert set(state.algorithm) == {"moon", "scaffold"}
     chex.assert_trees_all_close(state.algorithm["scaffold"], jax.tree.map(
         lambda x: x.mean(0), clients.algorithm["scaffold"]), atol=1e-6)
-    _, has_previous = clients.algorithm["fedavg"]
+    _, has_previous = clients.algorithm["moon"]
     np.testing.assert_array_equal(np.asarray(has_previous), np.ones(n, np.float32))
 
 
@@ -72,12 +72,13 @@ def test_each_part_reads_its_own_state(model, seed, mu):
     batch = Batch(jnp.asarray(rng.integers(1, model.vocab_size, (3, 5)), jnp.int32),
                   jnp.asarray([0, 1, 1], jnp.int32), jnp.ones(3, bool))
     moon_alone = moon.model_contrastive(fedavg(model, LR, 0.9), mu=mu)
-    chained = named_chain(moon_alone, _variates(3), ("prox", lambda a: proximal(a, 0.0)))
+    chained = named_chain(moon_alone, _variates(3), ("prox", lambda a: proximal(a, 0.0)),
+                          base_name="moon")
     own = (previous, jnp.ones((), jnp.float32))
     grad = lambda loss, start: jax.value_and_grad(loss, has_aux=True)(
         params, batch, jax.random.key(0), start)
     (value, aux), got = grad(chained.client_loss, ClientStart(
-        params, state={"fedavg": own, "scaffold": ci}, server={"fedavg": (), "scaffold": c}))
+        params, state={"moon": own, "scaffold": ci}, server={"moon": (), "scaffold": c}))
     (want_value, want_aux), want = grad(moon_alone.client_loss,
                                         ClientStart(params, state=own))
     assert float(value) == pytest.approx(float(want_value), rel=1e-5)
@@ -143,3 +144,57 @@ def test_a_stateful_plugin_on_a_stateful_algorithm_points_to_the_chain(model, pl
     stateful = scaffold.control_variates(fedavg(model, LR, 0.9), LR, 0.9, 3)
     with pytest.raises(ValueError, match=re.escape("compose.named_chain")):
         plugin(stateful)
+
+
+def test_a_chain_whose_parts_send_no_messages_runs(model, scene, rounds):
+    """FedBABU's hooks are a server update alone: the round hands the server no messages."""
+    from fedjax_sc.algorithms.fedbabu import fedbabu
+    data = client_data(scene.train, local_vocab=True)
+    chained = rounds(named_chain(fedbabu(model, LR, 0.9), ("prox", lambda a: proximal(a, 0.1))),
+                     model, data, 1, scene.num_clients)
+    alone = rounds(proximal(fedbabu(model, LR, 0.9), 0.1), model, data, 1, scene.num_clients)
+    chex.assert_trees_all_close(chained[0].params, alone[0].params, atol=1e-6)
+
+
+def test_a_plugin_without_an_ap_loss_keeps_the_one_below(model):
+    """Alone, SCAFFOLD keeps its base's personal_loss (the Ap phase without the correction);
+    chained, it does too."""
+    rng = np.random.default_rng(0)
+    params = init_params(model, jax.random.key(0))
+    c = jax.tree.map(lambda x: jnp.ones(x.shape, x.dtype), params)
+    zero = jax.tree.map(jnp.zeros_like, params)
+    batch = Batch(jnp.asarray(rng.integers(1, model.vocab_size, (3, 5)), jnp.int32),
+                  jnp.asarray([0, 1, 1], jnp.int32), jnp.ones(3, bool))
+    base = fedavg(model, LR, 0.9)
+    base = base._replace(personal_loss=base.client_loss)
+    alone = _variates(3)[1](base)
+    chained = named_chain(base, _variates(3))
+    grad = lambda loss, start: jax.grad(lambda p: loss(p, batch, jax.random.key(0), start)[0])(
+        params)
+    want = grad(alone.personal_loss, ClientStart(params, state=zero, server=c))
+    got = grad(chained.personal_loss, ClientStart(params, state={"scaffold": zero},
+                                                  server={"scaffold": c}))
+    chex.assert_trees_all_close(got, want, atol=1e-6)
+    chex.assert_trees_all_close(got, grad(base.client_loss, ClientStart(params)), atol=1e-6)
+
+
+def test_the_first_stateful_plugin_keeps_the_shared_forward_pass(model):
+    """MOON over FedAvg's cross-entropy computes the features once for both terms; chained as
+    the first part with state it still does (the same number of scans in the program)."""
+    params = init_params(model, jax.random.key(0))
+    batch = Batch(jnp.ones((2, 4), jnp.int32), jnp.asarray([0, 1], jnp.int32),
+                  jnp.ones(2, bool))
+    own = (params, jnp.ones((), jnp.float32))
+    plugin = lambda a: moon.model_contrastive(a, 1.0)
+    scans = lambda loss, start: str(jax.make_jaxpr(jax.grad(
+        lambda p: loss(p, batch, jax.random.key(0), start)[0]))(params)).count("scan[")
+    alone = scans(plugin(fedavg(model)).client_loss, ClientStart(params, state=own))
+    chained = scans(named_chain(fedavg(model), ("moon", plugin)).client_loss,
+                    ClientStart(params, state={"moon": own}, server={"moon": ()}))
+    assert chained == alone
+
+
+def test_server_metrics_of_two_parts_that_would_share_a_name_are_refused(model):
+    algorithm = named_chain(fedavg(model), ("a_b", _adding(1.0, "c")), ("a", _adding(1.0, "b_c")))
+    with pytest.raises(ValueError, match="two server metrics named a_b_c"):
+        algorithm.hooks.server_metrics({"a_b": 1.0, "a": 1.0})
