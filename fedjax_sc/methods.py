@@ -27,6 +27,7 @@ from fedjax_sc.algorithms.fedrep import fedrep
 from fedjax_sc.algorithms.fedrod import fedrod
 from fedjax_sc.algorithms.fs import fs
 from fedjax_sc.algorithms.indiv import indiv
+from fedjax_sc.algorithms.kept_optimizer import kept_optimizer_state
 from fedjax_sc.algorithms.kteps import kteps
 from fedjax_sc.algorithms.kteps_star import kteps_star
 from fedjax_sc.algorithms.lg_fedavg import lg_fedavg
@@ -56,6 +57,6 @@ __all__ = [
     "proximal", "mmd_penalty", "dynamic_regularizer", "model_contrastive", "control_variates",
     "personalized", "meta_gradient", "moreau_gradient", "pca_compress", "gaussian_noise",
     "model_change", "top_k", "probabilistic_quantization", "scaled_sign", "error_feedback", "client_sgd",
-    # several plug-ins that own state, side by side
-    "named_chain",
+    # the client optimizer's state kept across rounds; several plug-ins that own state
+    "kept_optimizer_state", "named_chain",
 ]

@@ -150,12 +150,16 @@ class ClientEnd(NamedTuple):
         the model it downloaded (the shared leaves, local copies left out; tables as its
         rows), upload noise and compression included, ``()`` in a ``ClientEnd`` built without
         it: see :func:`sent_update`.
+      optimizer_state: the client optimizer's state after the local steps (its momentum;
+        tables' leaves as the client's rows), ``()`` in a ``ClientEnd`` built without it:
+        what a client keeps for its next round with :attr:`Hooks.optimizer_init`.
     """
 
     start: ClientStart
     params: Params
     steps: jax.Array
     sent: Any = ()
+    optimizer_state: Any = ()
 
 
 def sent_update(end: ClientEnd, like: Params) -> Params:
@@ -259,6 +263,14 @@ class Hooks(NamedTuple):
     """Whether the client's model upload goes up at all; False where ``server_update`` builds
     the model from the messages alone and never reads ``ServerInputs.params`` (q-FFL's
     Delta_k and h_k): the communication figures count the message only."""
+    optimizer_init: Callable[[ClientStart, Any], Any] | None = None
+    """``optimizer_init(start, fresh) -> optimizer state``: the client optimizer's state a
+    client's local steps start from, given its :class:`ClientStart` and the fresh
+    ``client_optimizer.init(start.params)``, shaped as ``fresh``; None: the fresh one, every
+    round (Li et al. 2021, Sec. 5.2). With ``client_end`` returning
+    ``ClientEnd.optimizer_state`` as the client's state, a client keeps its momentum across
+    rounds (:func:`fedjax_sc.algorithms.kept_optimizer.kept_optimizer_state`). The Ap
+    phase's fine-tuning always starts fresh."""
 
 
 def hook_pair(name: str, hook: str, what: str, out: Any,

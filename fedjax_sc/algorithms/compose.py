@@ -21,7 +21,8 @@ and each part sees only its own:
   ``optax.chain`` applies its transforms), with its own state and messages;
 * ``server_state_sent``: the parts that send theirs (the rest stays on the server);
   ``server_metrics``: every part's, named ``<part>_<name>``; ``upload_sent``: whether any
-  part reads the model upload.
+  part reads the model upload; ``optimizer_init``: the parts' in order, each on the
+  optimizer state the one before made.
 
 A plug-in without hooks (FedProx's ``proximal``) adds no part: it wraps the loss as usual.
 The Ap phase's loss (``Algorithm.personal_loss``) is chained the same way where a plug-in
@@ -114,7 +115,15 @@ def _chained_hooks(parts: list[tuple[str, Hooks]]) -> Hooks:
                 figures[f"{n}_{k}"] = v
         return figures
 
+    initializing = [(n, h.optimizer_init) for n, h in parts if h.optimizer_init is not None]
+
+    def optimizer_init(start: ClientStart, fresh):
+        for n, f in initializing:
+            fresh = f(_view(start, n), fresh)
+        return fresh
+
     return Hooks(
+        optimizer_init=optimizer_init if initializing else None,
         client_init=client_init, server_init=server_init,
         client_end=client_end if any(h.client_end for _, h in parts) else None,
         server_update=server_update if any(h.server_update for _, h in parts) else None,

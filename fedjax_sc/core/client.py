@@ -9,7 +9,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_sc.algorithms.base import Algorithm, Batch, ClientStart, Params, bind
+from fedjax_sc.algorithms.base import (
+    Algorithm,
+    Batch,
+    ClientStart,
+    Params,
+    bind,
+    check_like,
+)
 from fedjax_sc.core import copies
 from fedjax_sc.core.heterogeneity import LocalWork
 from fedjax_sc.core.local import (
@@ -48,13 +55,15 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
 
     Returns:
       ``client_update(params, tokens, labels, mask, key, knowledge=(), client=0, budget=None,
-      state=(), server=()) -> (params, RoundMetrics, start)`` for one client: ``tokens``
+      state=(), server=()) -> (params, RoundMetrics, start, optimizer_state)`` for one client: ``tokens``
       int32 ``[max_examples, len]``, ``labels`` int32 ``[max_examples]``, ``mask`` bool
       ``[max_examples]``; ``knowledge``, ``client`` (int32 scalar), the client's algorithm
       ``state``, the ``server``'s and the client's whole split (``data``) reach the loss in its
       :class:`~fedjax_sc.algorithms.base.ClientStart` ``start`` (with ``params``, its local
       copies made (:mod:`fedjax_sc.core.copies`), as the start params), which is
-      returned for the algorithm's ``client_end`` hook;
+      returned for the algorithm's ``client_end`` hook with the optimizer's state after the
+      steps (they start from a fresh ``client_optimizer.init``, or from what
+      :attr:`~fedjax_sc.algorithms.base.Hooks.optimizer_init` makes of it);
       the metrics fields are scalars. The loss of epoch e, batch j gets the key
       :func:`~fedjax_sc.core.local.step_key` ``(key, e, j)`` -- independent of padding too.
       With an active ``work`` (:mod:`fedjax_sc.core.heterogeneity`) the client runs the
@@ -92,8 +101,13 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
             flat = lambda x: x.reshape((-1,) + x.shape[2:])
             inputs = (flat(idx), flat(batch_mask), flat(e), flat(j))
             real = jnp.any(flat(batch_mask), axis=-1)
-        (params, _), (losses, aux) = local_steps(step, opt, params, opt.init(params), inputs,
-                                                 real)
+        opt_state = opt.init(params)
+        if algorithm.hooks.optimizer_init is not None:  # e.g. the client's kept momentum
+            fresh, opt_state = opt_state, algorithm.hooks.optimizer_init(start, opt_state)
+            check_like(f"{algorithm.name}: Hooks.optimizer_init returned an optimizer state",
+                       opt_state, fresh)
+        (params, opt_state), (losses, aux) = local_steps(step, opt, params, opt_state, inputs,
+                                                         real)
         losses = jnp.where(real, losses, 0.0)
         aux = jax.tree.map(lambda a: jnp.where(real, a, 0.0), aux)
         n = jnp.sum(real)
@@ -101,6 +115,6 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
         denom = jnp.maximum(n, 1).astype(jnp.float32)
         aux = {k: jnp.sum(v) / denom for k, v in aux.items()}
         return params, RoundMetrics(jnp.sum(losses) / denom, aux["accuracy"],
-                                    n.astype(jnp.int32), finite, aux), start
+                                    n.astype(jnp.int32), finite, aux), start, opt_state
 
     return client_update

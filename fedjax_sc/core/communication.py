@@ -202,10 +202,18 @@ def hooks_traffic(algorithm: Algorithm, state: ServerState, shared: Any, tables:
     one = lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype)  # one client's split
     data = Batch(one(clients.tokens), one(clients.labels), one(clients.mask))
     start = ClientStart(params, (), 0, rows(own), rows(state.algorithm), data)
-    _, message = jax.eval_shape(
-        lambda s, p, u: hook_pair(algorithm.name, "client_end", "(state, message)",
-                                  hooks.client_end(ClientEnd(s, p, jax.numpy.int32(1), u)),
-                                  like=(s.state, None)), start, params, rows(shared))
+
+    def end(s, p, u):  # as the round builds it (client.build_client_update)
+        p = copies.make_copies(p, algorithm.local_copies)
+        opt = copies.freeze(algorithm.client_optimizer, algorithm.local_copies).init(p)
+        if hooks.optimizer_init is not None:
+            opt = hooks.optimizer_init(s._replace(params=p), opt)
+        return hook_pair(algorithm.name, "client_end", "(state, message)",
+                         hooks.client_end(ClientEnd(s, p, jax.numpy.int32(1), u,
+                                                    optimizer_state=opt)),
+                         like=(s.state, None))
+
+    _, message = jax.eval_shape(end, start, params, rows(shared))
     return server, message
 
 

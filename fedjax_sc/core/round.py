@@ -212,12 +212,13 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
 
         def one_client(private, own, ids, vmask, tokens, labels, mask, key, client, budget):
             own_rows = gather_table_rows(own, ids, row_tables)
-            params, metrics, start = client_update(
+            params, metrics, start, opt_state = client_update(
                 start_params(private, ids), tokens, labels, mask, key, knowledge, client,
                 budget, state=own_rows,
                 server=gather_table_rows(state.algorithm, ids, row_tables))
             # the client's state waits for its decoded upload (the client_end stage)
-            end = () if hooks.client_end is None else ClientEnd(start, params, metrics.steps)
+            end = () if hooks.client_end is None else ClientEnd(start, params, metrics.steps,
+                                                                optimizer_state=opt_state)
             shared, new_private = split_private(algorithm, params)
             new_private = scatter_table_rows(new_private, private, ids, vmask, private_tables)
             return shared, new_private, metrics, end

@@ -1,0 +1,67 @@
+"""The client optimizer's state kept across rounds: each client's local steps start from the
+momentum (or Adam moments, step count...) its previous round ended with, instead of a fresh
+``client_optimizer.init`` (the paper's choice, Li et al. 2021, Sec. 5.2, and this library's
+default).
+
+A client's state is its optimizer state, shaped as ``client_optimizer.init(params)`` (the
+shared and private leaves it trains; word-embedding tables' leaves by rows under local
+vocabularies, as the params): :attr:`~fedjax_sc.algorithms.base.Hooks.optimizer_init` hands
+it to the local steps and ``client_end`` keeps what they end with. A client that sits a
+round out, or runs no step, keeps it unchanged; nothing of it leaves the client, and the Ap
+phase fine-tunes with a fresh optimizer. With ``optax.sgd`` without momentum the state is
+empty and the run is the plain one.
+
+Momentum kept on the client carries the direction of its previous round's local steps,
+taken from another global model, into the next round: with heavy-ball rho = 0.9 the first
+steps of a round move mostly along the old client direction. Methods that aim at the same
+effect without client state keep momentum on the server (FedAvgM, Hsu, Qi and Brown 2019:
+``--server-opt momentum``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_sc.algorithms import masking
+from fedjax_sc.algorithms.base import Algorithm, ClientEnd, ClientStart, Hooks
+from fedjax_sc.models.text_classifier import init_params
+
+
+def kept_optimizer_state(algorithm: Algorithm) -> Algorithm:
+    """``algorithm`` whose clients keep their optimizer state from one round to the next.
+
+    Args:
+      algorithm: an algorithm without hooks (chain it with one that has them with
+        :func:`fedjax_sc.algorithms.compose.named_chain`: ``("optimizer",
+        kept_optimizer_state)``) and without local copies (FedFusion's frozen extractor).
+
+    Returns:
+      The :class:`Algorithm`; each client's state is its ``client_optimizer`` state.
+
+    Raises:
+      ValueError: an algorithm with hooks or local copies.
+    """
+    if algorithm.hooks != Hooks():
+        raise ValueError(f"{algorithm.name} already owns state (hooks); keeping the client "
+                         f"optimizer's adds its own (run both with "
+                         f"fedjax_sc.algorithms.compose.named_chain)")
+    if algorithm.local_copies:
+        raise ValueError(f"{algorithm.name} makes local copies ({sorted(algorithm.local_copies)})"
+                         f", whose frozen leaves the optimizer skips: its state is not kept")
+    opt, model = algorithm.client_optimizer, algorithm.model
+
+    def client_init(shared):  # the optimizer's state over every leaf a client trains
+        shapes = jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
+        full = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        return opt.init(masking.overlay(full, shared))  # private leaves at zero
+
+    def optimizer_init(start: ClientStart, fresh):
+        del fresh  # the same structure (checked by the round)
+        return start.state
+
+    def client_end(end: ClientEnd):
+        return end.optimizer_state, ()
+
+    return algorithm._replace(hooks=Hooks(client_init=client_init, optimizer_init=optimizer_init,
+                                          client_end=client_end))
