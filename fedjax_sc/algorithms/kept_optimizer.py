@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm, ClientEnd, ClientStart, Hooks
+from fedjax_sc.algorithms.compose import named_chain
 from fedjax_sc.models.text_classifier import init_params
 
 
@@ -65,3 +66,30 @@ def kept_optimizer_state(algorithm: Algorithm) -> Algorithm:
 
     return algorithm._replace(hooks=Hooks(client_init=client_init, optimizer_init=optimizer_init,
                                           client_end=client_end))
+
+
+CLIENT_OPTIMIZER_STATES = ("fresh", "kept")
+"""Where a client's local steps start the optimizer from each round: a fresh
+``client_optimizer.init`` (the paper's, the default) or the state its last round ended with."""
+
+
+def client_optimizer_state(algorithm: Algorithm, state: str = "fresh") -> Algorithm:
+    """``algorithm`` as ``--client-optimizer-state`` asks: unchanged for ``fresh``; for
+    ``kept``, :func:`kept_optimizer_state`, chained as the part ``optimizer`` beside the
+    state ``algorithm`` owns already (:func:`~fedjax_sc.algorithms.compose.named_chain`).
+
+    Raises:
+      ValueError: an unknown ``state``, or ``kept`` for an algorithm trained centrally (FS,
+        ASP: no rounds of clients) or one with local copies (FedFusion).
+    """
+    if state not in CLIENT_OPTIMIZER_STATES:
+        raise ValueError(f"--client-optimizer-state {state!r}: choose from "
+                         f"{', '.join(CLIENT_OPTIMIZER_STATES)}")
+    if state == "fresh":
+        return algorithm
+    if algorithm.central is not None:
+        raise ValueError(f"--client-optimizer-state kept: {algorithm.name} is trained "
+                         f"centrally, with no rounds of clients to keep it across")
+    if algorithm.hooks == Hooks():
+        return kept_optimizer_state(algorithm)
+    return named_chain(algorithm, ("optimizer", kept_optimizer_state), name=algorithm.name)

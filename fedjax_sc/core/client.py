@@ -49,13 +49,14 @@ class RoundMetrics(NamedTuple):
 
 
 def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
-                        work: LocalWork | None = None):
+                        work: LocalWork | None = None, optimizer_state: bool = False):
     """One client's local training for a round (vmapped over clients by
     :func:`fedjax_sc.core.round.build_round`).
 
     Returns:
       ``client_update(params, tokens, labels, mask, key, knowledge=(), client=0, budget=None,
-      state=(), server=()) -> (params, RoundMetrics, start, optimizer_state)`` for one client: ``tokens``
+      state=(), server=()) -> (params, RoundMetrics, start)`` for one client (with
+      ``optimizer_state``, ``(params, RoundMetrics, start, optimizer state)``): ``tokens``
       int32 ``[max_examples, len]``, ``labels`` int32 ``[max_examples]``, ``mask`` bool
       ``[max_examples]``; ``knowledge``, ``client`` (int32 scalar), the client's algorithm
       ``state``, the ``server``'s and the client's whole split (``data``) reach the loss in its
@@ -114,7 +115,10 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
         finite = all_finite((losses, params))
         denom = jnp.maximum(n, 1).astype(jnp.float32)
         aux = {k: jnp.sum(v) / denom for k, v in aux.items()}
-        return params, RoundMetrics(jnp.sum(losses) / denom, aux["accuracy"],
-                                    n.astype(jnp.int32), finite, aux), start, opt_state
+        metrics = RoundMetrics(jnp.sum(losses) / denom, aux["accuracy"], n.astype(jnp.int32),
+                               finite, aux)
+        if optimizer_state:
+            return params, metrics, start, opt_state
+        return params, metrics, start
 
     return client_update

@@ -162,7 +162,8 @@ def build_round_parts(algorithm: Algorithm, *, batch_size: int, local_epochs: in
                          f"{local_epochs}")
     work = (work or LocalWork()).check()
     client_update = build_client_update(algorithm, batch_size=batch_size,
-                                        local_epochs=local_epochs, work=work)
+                                        local_epochs=local_epochs, work=work,
+                                        optimizer_state=True)
     upload, hooks = algorithm.upload, algorithm.hooks
 
     def tables(params, clients):

@@ -103,6 +103,9 @@ class TrainConfig:
       embedding_lr: optional separate learning rate of the word embeddings (None: ``lr``;
         the iyy preset's 0.01 with lr 0.1, the paper's Sec. 5.2).
       lr_schedule: lr over the rounds (``optimizers.round_schedule``; ``constant``).
+      client_optimizer_state: ``fresh`` (every round's local steps start the client
+        optimizer afresh, the paper's Sec. 5.2) or ``kept`` (each client's momentum carries
+        over to its next round; :mod:`fedjax_sc.algorithms.kept_optimizer`).
       lambda_kt: KTEPS lambda1, knowledge-transfer weight (Eq. 9; paper 0.01).
       lambda_div: KTEPS lambda2, HSIC diversity weight (Eq. 9; paper 0.01; arch_* use 0).
       temperature: KTEPS T of Eq. 8 (paper 0.25).
@@ -239,6 +242,7 @@ class TrainConfig:
     momentum: float = registry.default("momentum")
     embedding_lr: float | None = None
     lr_schedule: str = "constant"
+    client_optimizer_state: str = registry.default("client_optimizer_state")
     lambda_kt: float = registry.default("lambda_kt")
     lambda_div: float = registry.default("lambda_div")
     temperature: float = registry.default("temperature")

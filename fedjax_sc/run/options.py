@@ -7,6 +7,7 @@ import argparse
 
 from fedjax_sc.algorithms.context import parse_option
 from fedjax_sc.algorithms.fedopt import DEFAULT_LR
+from fedjax_sc.algorithms.kept_optimizer import CLIENT_OPTIMIZER_STATES
 from fedjax_sc.data.partition import PARTITIONS
 from fedjax_sc.models.text_classifier import GRU_INITS
 from fedjax_sc.run.config import DTYPES, SCENES, TrainConfig
@@ -97,6 +98,11 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    "step:EVERY:FACTOR or exponential:FACTOR (optax schedules; not with "
                    "--embedding-lr or FedNova); the Ap phase's mu multiplies the initial "
                    "--lr (default: %(default)s)")
+    t.add_argument("--client-optimizer-state", choices=CLIENT_OPTIMIZER_STATES,
+                   default=default("client_optimizer_state"),
+                   help="fresh: each round's local steps start the client SGD afresh (the "
+                   "paper's); kept: each client's momentum carries over to its next round "
+                   "(default: %(default)s)")
     generated(t.add_argument_group("KTEPS loss (Eq. 7-9; kteps, kteps_star and arch_a/b/c)"),
               "kteps")
     u = t.add_argument_group("upload privacy and compression (KTEPS*, Alg. 1; any algorithm)")

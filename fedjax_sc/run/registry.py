@@ -61,6 +61,7 @@ from fedjax_sc.algorithms import (
     fedprox,
     fedrep,
     fedrod,
+    kept_optimizer,
     moon,
     per_fedavg,
     pfedme,
@@ -248,7 +249,9 @@ def build_algorithm(name: str, *, vocab_size: int, num_classes: int, embed_dim: 
 
 def _run_wrappers(algorithm: Algorithm, o: dict[str, Any], dp_clip: float | None,
                   dp_noise: float, server_opt: str | None) -> Algorithm:
-    """DP-SGD and a FedOpt server, as the run's flags ask, around any algorithm."""
+    """The client optimizer's state kept, DP-SGD and a FedOpt server, as the run's flags ask,
+    around any algorithm."""
+    algorithm = kept_optimizer.client_optimizer_state(algorithm, o["client_optimizer_state"])
     if dp_clip is not None:
         algorithm = dp_sgd(algorithm, dp_clip, dp_noise)
     if server_opt is not None:

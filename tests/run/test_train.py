@@ -259,6 +259,32 @@ def test_an_algorithms_own_state_is_checkpointed_and_resumed_exactly(tmp_path):
     assert "dynamic" in _rows(tmp_path / "full/metrics.jsonl")[0]["aux"]
 
 
+def test_a_kept_client_optimizer_state_is_chained_checkpointed_and_resumed(tmp_path):
+    """--client-optimizer-state kept on SCAFFOLD: its c_i and each client's momentum side by
+    side (named_chain), 2 of 3 clients a round, cut after round 1 and resumed exactly; a
+    centrally trained baseline and FedFusion's local copies refuse it."""
+    from fedjax_sc.run import registry
+    cfg = dict(TINY, algorithm="scaffold", synthetic_clients=3, clients_per_round=2, ap=False,
+               client_optimizer_state="kept")
+    full = train(TrainConfig(**cfg, rounds=3, out=str(tmp_path / "full")), log=_quiet)
+    train(TrainConfig(**cfg, rounds=1, out=str(tmp_path / "cut")), log=_quiet)
+    resumed = train(TrainConfig(**cfg, rounds=3, out=str(tmp_path / "cut"), resume=True),
+                    log=_quiet)
+    chex.assert_trees_all_equal(full["params"], resumed["params"])
+    chex.assert_trees_all_equal(full["client_state"], resumed["client_state"])
+    assert set(full["client_state"]) == {"scaffold", "optimizer"}
+    fresh = train(TrainConfig(**{**cfg, "client_optimizer_state": "fresh"}, rounds=3,
+                              out=str(tmp_path / "fresh")), log=_quiet)
+    assert not np.allclose(fresh["params"]["classifier"]["output"]["kernel"],
+                           full["params"]["classifier"]["output"]["kernel"])
+    sizes = dict(vocab_size=20, num_classes=2, embed_dim=4, hidden=2, mlp_hidden=3,
+                 num_clients=2, client_optimizer_state="kept")
+    with pytest.raises(ValueError, match="trained centrally"):
+        registry.build_algorithm("asp", **sizes)
+    with pytest.raises(ValueError, match="local copies"):
+        registry.build_algorithm("fedfusion", **sizes)
+
+
 def test_the_cli_uploads_as_the_library_builds_on_a_corpus_of_ones_own():
     """``fsc.kteps(model)`` and ``fedjax-sc train --algorithm kteps`` (synthetic, table):
     the same upload, the shared leaves as they are."""

@@ -21,6 +21,7 @@ from fedjax_sc.algorithms import (
     fedprox,
     fedrep,
     fedrod,
+    kept_optimizer,
     moon,
     per_fedavg,
     pfedme,
@@ -176,6 +177,8 @@ OPTIONS: dict[str, Option] = {
     "server_lr": Option(fedopt.fedopt, "learning_rate", traced=True),
     "server_momentum": Option(fedopt.fedopt, "momentum", traced=True),
     "server_tau": Option(fedopt.fedopt, "tau"),
+    "client_optimizer_state": Option(kept_optimizer.client_optimizer_state, "state",
+                                     choices=kept_optimizer.CLIENT_OPTIMIZER_STATES),
 }
 """The options of :func:`~fedjax_sc.run.registry.build_algorithm` (the CLI's and
 ``TrainConfig``'s names): adding one is a builder parameter (its default) and one line here
