@@ -234,6 +234,8 @@ class Hooks(NamedTuple):
       step keeps its state and its message is weighed 0.
     * ``server_update(ServerInputs) -> (params, state)``: after aggregation, the new global
       params and server state.
+    * ``optimizer_init(start, fresh) -> optimizer state``: where a client's local steps start
+      the client optimizer (``ClientEnd.optimizer_state`` is where they ended).
 
     What a local step does with the state is the client loss's business: a term that reads
     ``start.state`` / ``start.server`` (SCAFFOLD's correction is the linear term
@@ -267,7 +269,7 @@ class Hooks(NamedTuple):
     """``optimizer_init(start, fresh) -> optimizer state``: the client optimizer's state a
     client's local steps start from, given its :class:`ClientStart` and the fresh
     ``client_optimizer.init(start.params)``, shaped as ``fresh``; None: the fresh one, every
-    round (Li et al. 2021, Sec. 5.2). With ``client_end`` returning
+    round (the default, as FedJAX's FedAvg). With ``client_end`` returning
     ``ClientEnd.optimizer_state`` as the client's state, a client keeps its momentum across
     rounds (:func:`fedjax_sc.algorithms.kept_optimizer.kept_optimizer_state`). The Ap
     phase's fine-tuning always starts fresh."""
@@ -366,7 +368,7 @@ class Algorithm(NamedTuple):
       client_loss: the local objective (see :data:`ClientLoss`); plug-ins (FedProx, FedMMD,
         FedKC) wrap it and add their term, reading what they need from ``start``.
       client_optimizer: an optax transformation; its state is created fresh at the start of
-        every round for every client (paper Sec. 5.2).
+        every round for every client, unless :attr:`Hooks.optimizer_init` says otherwise.
       aggregator: how the server reduces the clients' decoded uploads (:data:`Aggregator`).
       predict: the personalised model's class probabilities per inference mode
         (:data:`Predict`); used for the personalised accuracy and Ap (Eq. 16).

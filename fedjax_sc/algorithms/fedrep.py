@@ -40,7 +40,7 @@ import optax
 from fedjax_sc.algorithms import hparams, masking
 from fedjax_sc.algorithms.base import Algorithm
 from fedjax_sc.algorithms.fedavg import fedavg
-from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM
+from fedjax_sc.algorithms.optimizers import LEARNING_RATE, MOMENTUM, RoundStep
 
 HEAD = r"^(classifier/output|user)/"
 """The head's leaves: the classifier's output layer (and a FURL user vector)."""
@@ -56,7 +56,9 @@ def head_then_body(inner: optax.GradientTransformation, head: str,
 
     The frozen part's gradients and updates are zero (its momentum buffer stays 0 while it is
     frozen, as a PyTorch parameter with ``requires_grad=False``); the state is ``(int32 count,
-    inner state)`` and counts the updates applied (the round's padded no-op steps keep it).
+    inner state)`` and counts the updates applied (the round's padded no-op steps keep it) as
+    an :class:`~fedjax_sc.algorithms.optimizers.RoundStep`, which a kept optimizer state
+    starts afresh every round.
 
     Args:
       inner: the optimizer of the active part (e.g. ``client_sgd``).
@@ -73,16 +75,16 @@ def head_then_body(inner: optax.GradientTransformation, head: str,
     hparams.check("FedRep head_steps", head_steps, lambda v: v >= 0, ">= 0")
 
     def init(params):
-        return jnp.zeros((), jnp.int32), inner.init(params)
+        return RoundStep(jnp.zeros((), jnp.int32)), inner.init(params)
 
     def update(grads, state, params=None):
-        count, inner_state = state
+        (count,), inner_state = state
         on_head = count < head_steps
         active = jax.tree.map(lambda h: on_head if h else ~on_head, masking.matching(grads, head))
         gate = lambda tree: jax.tree.map(lambda x, a: jnp.where(a, x, jnp.zeros_like(x)),
                                          tree, active)
         updates, inner_state = inner.update(gate(grads), inner_state, params)
-        return gate(updates), (count + 1, inner_state)
+        return gate(updates), (RoundStep(count + 1), inner_state)
 
     return optax.GradientTransformation(init, update)
 

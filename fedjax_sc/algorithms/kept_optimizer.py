@@ -1,7 +1,9 @@
 """The client optimizer's state kept across rounds: each client's local steps start from the
-momentum (or Adam moments, step count...) its previous round ended with, instead of a fresh
-``client_optimizer.init`` (the paper's choice, Li et al. 2021, Sec. 5.2, and this library's
-default).
+momentum (or Adam's moments and step count) its previous round ended with, instead of a fresh
+``client_optimizer.init``, this library's default (the paper gives the client SGD's momentum,
+Li et al. 2021, Sec. 5.2, not whether it outlives a round). A schedule within the round
+(FedRep's head steps, then body steps) counts its steps in a
+:class:`~fedjax_sc.algorithms.optimizers.RoundStep`, which starts afresh every round.
 
 A client's state is its optimizer state, shaped as ``client_optimizer.init(params)`` (the
 shared and private leaves it trains; word-embedding tables' leaves by rows under local
@@ -13,7 +15,10 @@ empty and the run is the plain one.
 
 Momentum kept on the client carries the direction of its previous round's local steps,
 taken from another global model, into the next round: with heavy-ball rho = 0.9 the first
-steps of a round move mostly along the old client direction. Methods that aim at the same
+steps of a round move mostly along the old client direction. A rule that counts a round's
+steps from a zero momentum reads that carried part as the round's own: FedNova's
+normalisation (refused with it) and SCAFFOLD's option II (c_i then absorbs some of the
+previous round's direction). Methods that aim at the same
 effect without client state keep momentum on the server (FedAvgM, Hsu, Qi and Brown 2019:
 ``--server-opt momentum``).
 """
@@ -26,6 +31,7 @@ import jax.numpy as jnp
 from fedjax_sc.algorithms import masking
 from fedjax_sc.algorithms.base import Algorithm, ClientEnd, ClientStart, Hooks
 from fedjax_sc.algorithms.compose import named_chain
+from fedjax_sc.algorithms.optimizers import RoundStep
 from fedjax_sc.models.text_classifier import init_params
 
 
@@ -57,9 +63,10 @@ def kept_optimizer_state(algorithm: Algorithm) -> Algorithm:
         full = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
         return opt.init(masking.overlay(full, shared))  # private leaves at zero
 
-    def optimizer_init(start: ClientStart, fresh):
-        del fresh  # the same structure (checked by the round)
-        return start.state
+    def optimizer_init(start: ClientStart, fresh):  # the same structure (checked)
+        step = lambda x: isinstance(x, RoundStep)
+        return jax.tree.map(lambda kept, new: new if step(kept) else kept, start.state,
+                            fresh, is_leaf=step)
 
     def client_end(end: ClientEnd):
         return end.optimizer_state, ()
@@ -80,7 +87,8 @@ def client_optimizer_state(algorithm: Algorithm, state: str = "fresh") -> Algori
 
     Raises:
       ValueError: an unknown ``state``, or ``kept`` for an algorithm trained centrally (FS,
-        ASP: no rounds of clients) or one with local copies (FedFusion).
+        ASP: no rounds of clients), one with local copies (FedFusion) or one whose hooks
+        set the optimizer's start themselves (``Hooks.optimizer_init``).
     """
     if state not in CLIENT_OPTIMIZER_STATES:
         raise ValueError(f"--client-optimizer-state {state!r}: choose from "
@@ -90,6 +98,9 @@ def client_optimizer_state(algorithm: Algorithm, state: str = "fresh") -> Algori
     if algorithm.central is not None:
         raise ValueError(f"--client-optimizer-state kept: {algorithm.name} is trained "
                          f"centrally, with no rounds of clients to keep it across")
+    if algorithm.hooks.optimizer_init is not None:
+        raise ValueError(f"--client-optimizer-state kept: {algorithm.name} sets where its "
+                         f"client optimizer starts itself (Hooks.optimizer_init)")
     if algorithm.hooks == Hooks():
         return kept_optimizer_state(algorithm)
     return named_chain(algorithm, ("optimizer", kept_optimizer_state), name=algorithm.name)

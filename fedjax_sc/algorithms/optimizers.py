@@ -4,12 +4,24 @@ learning rate for the word embeddings through optax's partitioned transforms."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
 from fedjax_sc.algorithms import hparams, masking
+
+
+class RoundStep(NamedTuple):
+    """A count of the local steps taken in the current round, as a node of an optimizer's
+    state (int32 scalar ``count``): a schedule within the round (FedRep's head steps, then
+    body steps) keeps it here, so that a client optimizer state kept across rounds
+    (:mod:`fedjax_sc.algorithms.kept_optimizer`) starts it afresh every round while it keeps
+    the momentum."""
+
+    count: jax.Array
+
 
 EMBEDDING_RULE = r"^(private_)?embedding/"
 """Leaves of the word-embedding tables (``embedding/embedding``, ``private_embedding/...``)."""

@@ -13,7 +13,8 @@ metrics)``:
    FedProx's centre, FedMMD's frozen model, FedKC's knowledge); an algorithm's local copies
    (FedFusion's reference extractor, :mod:`fedjax_sc.core.copies`) are made now;
 2. every client runs ``local_epochs`` epochs of mini-batch training on its own examples,
-   reshuffled each epoch, optimizer state fresh -- all clients at once under ``jax.vmap``,
+   reshuffled each epoch, optimizer state fresh (or where ``Hooks.optimizer_init`` starts
+   it: a state kept from the client's last round) -- all clients at once under ``jax.vmap``,
    the steps of one client as a ``lax.scan``; a client with fewer batches than the largest one
    runs masked no-op steps that leave its params and optimizer state untouched
    (:mod:`fedjax_sc.core.client`); with heterogeneous clients (``work``,
@@ -44,7 +45,8 @@ so a run resumed from a checkpoint replays exactly the same rounds.
 
 Local-vocabulary training is exact, not an approximation, wherever a word that does not
 occur in a client's training data gets a zero gradient at every step: its optimizer state
-(fresh each round) stays zero, so its row never changes; the server's weighted mean of full
+(fresh each round, or kept from a round where it was zero too) stays zero, so its row never
+changes; the server's weighted mean of full
 tables equals the table plus the weighted row deltas
 (:func:`~fedjax_sc.algorithms.aggregate.weighted_mean_rows`). It is not exact where the
 loss moves rows the data never touches: client optimizers that move parameters with a zero

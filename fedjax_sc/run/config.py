@@ -104,7 +104,7 @@ class TrainConfig:
         the iyy preset's 0.01 with lr 0.1, the paper's Sec. 5.2).
       lr_schedule: lr over the rounds (``optimizers.round_schedule``; ``constant``).
       client_optimizer_state: ``fresh`` (every round's local steps start the client
-        optimizer afresh, the paper's Sec. 5.2) or ``kept`` (each client's momentum carries
+        optimizer afresh, the default) or ``kept`` (each client's momentum carries
         over to its next round; :mod:`fedjax_sc.algorithms.kept_optimizer`).
       lambda_kt: KTEPS lambda1, knowledge-transfer weight (Eq. 9; paper 0.01).
       lambda_div: KTEPS lambda2, HSIC diversity weight (Eq. 9; paper 0.01; arch_* use 0).

@@ -100,8 +100,7 @@ def train_arguments(t: argparse.ArgumentParser, grid: bool = False) -> None:
                    "--lr (default: %(default)s)")
     t.add_argument("--client-optimizer-state", choices=CLIENT_OPTIMIZER_STATES,
                    default=default("client_optimizer_state"),
-                   help="fresh: each round's local steps start the client SGD afresh (the "
-                   "paper's); kept: each client's momentum carries over to its next round "
+                   help="fresh: each round's local steps start the client SGD afresh; kept: each client's momentum carries over to its next round "
                    "(default: %(default)s)")
     generated(t.add_argument_group("KTEPS loss (Eq. 7-9; kteps, kteps_star and arch_a/b/c)"),
               "kteps")

@@ -54,6 +54,10 @@ def check(c: Any) -> LocalWork:
                              "combine with --embedding-lr or --aggregation fednova"
                              + (" (the iyy scene's preset sets --embedding-lr 0.01, the "
                                 "paper's Sec. 5.2)" if c.scene == "iyy" else ""))
+    if getattr(c, "client_optimizer_state", "fresh") == "kept" and c.aggregation == "fednova":
+        raise ValueError("--client-optimizer-state kept: --aggregation fednova normalises "
+                         "each update by the steps of a momentum that starts at zero in "
+                         "the round; a kept momentum breaks that")
     own = dict(getattr(c, "algorithm_options", None) or {})
     if registry.known(c.algorithm) and (not is_spec(c.algorithm) or own):
         # the algorithm built once at placeholder sizes: its builders check their own settings

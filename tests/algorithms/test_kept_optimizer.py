@@ -98,3 +98,31 @@ def test_refusals_and_a_state_of_another_structure(model, scene, rounds):
     with pytest.raises(ValueError, match=re.escape(
             "fedavg: Hooks.optimizer_init returned an optimizer state of another structure")):
         rounds(bad, model, client_data(scene.train, local_vocab=True), 1, scene.num_clients)
+
+
+def test_fedreps_head_steps_restart_every_round(model, scene, rounds):
+    """FedRep counts its head steps in a RoundStep, which a kept state starts afresh: without
+    momentum (nothing else to keep) kept is fresh exactly, the head training every round."""
+    from fedjax_sc.algorithms.fedrep import fedrep
+    data = client_data(scene.train, local_vocab=True)
+    n = scene.num_clients
+    plain = fedrep(model, LR, 0.0, head_steps=2)
+    kept = rounds(kept_optimizer_state(plain), model, data, 3, n)
+    fresh = rounds(plain, model, data, 3, n)
+    chex.assert_trees_all_close(kept[1].private, fresh[1].private, atol=1e-6)
+    chex.assert_trees_all_close(kept[0].params, fresh[0].params, atol=1e-6)
+
+
+def test_the_run_refuses_what_a_kept_state_would_break(model):
+    from fedjax_sc.algorithms.kept_optimizer import client_optimizer_state
+    from fedjax_sc.run import ranges
+    from fedjax_sc.run.config import TrainConfig
+    with pytest.raises(ValueError, match="fednova"):
+        ranges.check(TrainConfig(scene="synthetic", aggregation="fednova",
+                                 client_optimizer_state="kept"))
+    own = fedavg(model)._replace(hooks=Hooks(optimizer_init=lambda start, fresh: fresh))
+    with pytest.raises(ValueError, match="optimizer_init"):
+        client_optimizer_state(own, "kept")
+    with pytest.raises(ValueError, match="choose from fresh, kept"):
+        client_optimizer_state(own, "warm")
+    assert client_optimizer_state(own, "fresh") is own
