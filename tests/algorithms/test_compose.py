@@ -198,3 +198,21 @@ def test_server_metrics_of_two_parts_that_would_share_a_name_are_refused(model):
     algorithm = named_chain(fedavg(model), ("a_b", _adding(1.0, "c")), ("a", _adding(1.0, "b_c")))
     with pytest.raises(ValueError, match="two server metrics named a_b_c"):
         algorithm.hooks.server_metrics({"a_b": 1.0, "a": 1.0})
+
+
+def test_the_example_builds_moon_beside_scaffold(model):
+    """examples/moon_scaffold.py, the guide's snippet: its states by part, from the CLI's
+    build context."""
+    from pathlib import Path
+
+    from fedjax_sc.algorithms import context
+    from fedjax_sc.core.round import init_states
+    example = Path(__file__).resolve().parents[2] / "examples" / "moon_scaffold.py"
+    build = context.load(f"{example}:moon_scaffold")
+    algorithm = build(context.BuildContext(
+        vocab_size=model.vocab_size, num_classes=2, embed_dim=model.embed_dim,
+        hidden=model.hidden, mlp_hidden=model.mlp_hidden, furl_dim=0, dtype="float32",
+        num_clients=3, learning_rate=LR, momentum=0.9, options=context.ReadOptions({})))
+    state, clients = init_states(algorithm, init_params(algorithm.model, jax.random.key(0)), 3)
+    assert set(state.algorithm) == set(clients.algorithm) == {"moon", "scaffold"}
+    assert algorithm.name == "moon+scaffold"
