@@ -18,9 +18,9 @@ taken from another global model, into the next round: with heavy-ball rho = 0.9 
 steps of a round move mostly along the old client direction. A rule that counts a round's
 steps from a zero momentum reads that carried part as the round's own: FedNova's
 normalisation (refused with it) and SCAFFOLD's option II (c_i then absorbs some of the
-previous round's direction). Methods that aim at the same
-effect without client state keep momentum on the server (FedAvgM, Hsu, Qi and Brown 2019:
-``--server-opt momentum``).
+previous round's direction). Momentum across rounds without client state lives on the
+server instead (FedAvgM, Hsu, Qi and Brown 2019: ``--server-opt momentum``), over the global
+model's updates.
 """
 
 from __future__ import annotations
