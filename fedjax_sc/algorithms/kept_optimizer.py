@@ -77,7 +77,7 @@ def kept_optimizer_state(algorithm: Algorithm) -> Algorithm:
 
 CLIENT_OPTIMIZER_STATES = ("fresh", "kept")
 """Where a client's local steps start the optimizer from each round: a fresh
-``client_optimizer.init`` (the paper's, the default) or the state its last round ended with."""
+``client_optimizer.init`` (the default) or the state its last round ended with."""
 
 
 def client_optimizer_state(algorithm: Algorithm, state: str = "fresh") -> Algorithm:

@@ -48,6 +48,21 @@ class RoundMetrics(NamedTuple):
     aux: dict[str, jax.Array] = {}
 
 
+def start_optimizer(algorithm: Algorithm, start: ClientStart):
+    """The client optimizer's state a client's local steps start from: a fresh
+    ``init(start.params)`` (``start.params`` with its local copies made), or what
+    :attr:`~fedjax_sc.algorithms.base.Hooks.optimizer_init` makes of it (checked to keep its
+    structure, shapes and dtypes; ValueError otherwise)."""
+    opt = copies.freeze(algorithm.client_optimizer, algorithm.local_copies)
+    fresh = opt.init(start.params)
+    if algorithm.hooks.optimizer_init is None:
+        return fresh
+    state = algorithm.hooks.optimizer_init(start, fresh)  # e.g. the client's kept momentum
+    check_like(f"{algorithm.name}: Hooks.optimizer_init returned an optimizer state", state,
+               fresh)
+    return state
+
+
 def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: int,
                         work: LocalWork | None = None, optimizer_state: bool = False):
     """One client's local training for a round (vmapped over clients by
@@ -102,13 +117,8 @@ def build_client_update(algorithm: Algorithm, *, batch_size: int, local_epochs: 
             flat = lambda x: x.reshape((-1,) + x.shape[2:])
             inputs = (flat(idx), flat(batch_mask), flat(e), flat(j))
             real = jnp.any(flat(batch_mask), axis=-1)
-        opt_state = opt.init(params)
-        if algorithm.hooks.optimizer_init is not None:  # e.g. the client's kept momentum
-            fresh, opt_state = opt_state, algorithm.hooks.optimizer_init(start, opt_state)
-            check_like(f"{algorithm.name}: Hooks.optimizer_init returned an optimizer state",
-                       opt_state, fresh)
-        (params, opt_state), (losses, aux) = local_steps(step, opt, params, opt_state, inputs,
-                                                         real)
+        (params, opt_state), (losses, aux) = local_steps(
+            step, opt, params, start_optimizer(algorithm, start), inputs, real)
         losses = jnp.where(real, losses, 0.0)
         aux = jax.tree.map(lambda a: jnp.where(real, a, 0.0), aux)
         n = jnp.sum(real)

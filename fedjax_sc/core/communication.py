@@ -44,6 +44,7 @@ from fedjax_sc.algorithms.base import (
     hook_pair,
 )
 from fedjax_sc.core import copies
+from fedjax_sc.core.client import start_optimizer
 from fedjax_sc.core.leaves import gather_table_rows, table_of
 from fedjax_sc.core.leaves import table_paths as held_tables
 from fedjax_sc.core.round import ClientStates, ServerState, get_leaf, row_masks
@@ -205,9 +206,7 @@ def hooks_traffic(algorithm: Algorithm, state: ServerState, shared: Any, tables:
 
     def end(s, p, u):  # as the round builds it (client.build_client_update)
         p = copies.make_copies(p, algorithm.local_copies)
-        opt = copies.freeze(algorithm.client_optimizer, algorithm.local_copies).init(p)
-        if hooks.optimizer_init is not None:
-            opt = hooks.optimizer_init(s._replace(params=p), opt)
+        opt = start_optimizer(algorithm, s._replace(params=p))
         return hook_pair(algorithm.name, "client_end", "(state, message)",
                          hooks.client_end(ClientEnd(s, p, jax.numpy.int32(1), u,
                                                     optimizer_state=opt)),
