@@ -5,6 +5,12 @@ with XLA (its ``jax.monitoring`` duration events), and the test's wall seconds.
 PYTHONPATH); each pytest process (an xdist worker, or the one process) writes
 ``<FEDJAX_SC_COMPILE_PROFILE>/<worker>.json``: ``{test id: {event: seconds, event#n: count,
 "wall": seconds}}``. Events of subprocesses a test starts are not seen, only their wall time.
+
+A program the persistent cache already held (compiled earlier by this process or another) adds
+its tracing, lowering and cache read to ``again`` and counts in ``hits#n``: work a run repeats
+for a program it has already built, the most an in-process reuse of programs could save. One
+compiled afresh adds its compile seconds to ``program <name>`` (``program <name>#n``: how
+many), ``<name>`` the jitted function's.
 """
 
 from __future__ import annotations
@@ -26,15 +32,31 @@ program from the persistent cache."""
 
 _current: list[str] = ["<outside a test>"]
 _record: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+_pending = {"seconds": 0.0, "hit": False}  # since the last compile: tracing + lowering, a hit
 
 
-def _listen(event: str, seconds: float, **_) -> None:
+def _listen(event: str, seconds: float, fun_name: str = "?", **_) -> None:
     if event in EVENTS:
         _record[_current[0]][EVENTS[event]] += seconds
         _record[_current[0]][EVENTS[event] + "#n"] += 1
+        _pending["seconds"] += seconds
+        if EVENTS[event] == "compile":  # the end of one program's trace -> lower -> compile
+            if _pending["hit"]:
+                _record[_current[0]]["again"] += _pending["seconds"]
+                _record[_current[0]]["hits#n"] += 1
+            else:  # compiled here: which program, at what cost
+                _record[_current[0]][f"program {fun_name}"] += seconds
+                _record[_current[0]][f"program {fun_name}#n"] += 1
+            _pending.update(seconds=0.0, hit=False)
+
+
+def _hit(event: str, **_) -> None:
+    if event == "/jax/compilation_cache/cache_hits":
+        _pending["hit"] = True
 
 
 monitoring.register_event_duration_secs_listener(_listen)
+monitoring.register_event_listener(_hit)
 
 
 @pytest.hookimpl(hookwrapper=True)

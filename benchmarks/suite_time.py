@@ -77,10 +77,17 @@ def print_profile(folder: Path, top: int = 15, tests: int = 0) -> None:
     if tests:
         rows += [("slowest tests:", collections.Counter()),
                  *sorted(each.items(), key=lambda x: -x[1]["wall"])[:tests]]
-    print(f"{'test file':<48} {'wall':>7} {'compile':>8} {'lower':>7} {'trace':>7}  (s)")
+    print(f"{'test file':<48} {'wall':>7} {'compile':>8} {'lower':>7} {'trace':>7} "
+          f"{'again':>7} {'hits':>5}  (s)")
     for name, s in rows:
         print(name if not s else f"{name:<48} {s['wall']:7.1f} {s['compile']:8.1f} "
-              f"{s['lower']:7.1f} {s['trace']:7.1f}")
+              f"{s['lower']:7.1f} {s['trace']:7.1f} {s['again']:7.1f} {s['hits#n']:5d}")
+    programs = sorted(((k[len("program "):], v, total[k + "#n"]) for k, v in total.items()
+                       if k.startswith("program ") and not k.endswith("#n")),
+                      key=lambda x: -x[1])
+    print(f"programs compiled afresh, by XLA compile seconds ({len(programs)} names):")
+    for name, seconds, count in programs[:top]:
+        print(f"  {name:<46} {seconds:7.1f} s in {count} programs")
 
 
 def main(argv: list[str] | None = None) -> int:
