@@ -202,3 +202,18 @@ def test_grid_heatmap_reads_a_grid_tables_cells(tmp_path):
     assert paper["Ag"]["lambda1 = 0.01"]["lambda2 = 0.01"] == 85.7
     png = plots.grid_heatmap(ours, paper, tmp_path / "t4.png", title="Table 4")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_grid_heatmaps_title_says_blank_only_while_a_cell_is_not_run(tmp_path, monkeypatch):
+    from fedjax_sc.run.paper import results
+    from fedjax_sc.run.paper.table_plan import plan
+    titles = []
+    monkeypatch.setattr(plots, "grid_heatmap",
+                        lambda ours, paper, path, title: titles.append(title) or path)
+    _, cells = plan("table8", "fdu", 50)
+    every = {(cell.run, 0): {"Ag": 0.85, "Ap": 0.84} for row in cells.values()
+             for cell in row.values()}
+    one_missing = dict(list(every.items())[1:])
+    for reports in (one_missing, every):
+        results._heatmap("table8", "fdu", cells, reports, [0], tmp_path)
+    assert titles[0].endswith("; blank: not run yet)") and titles[1].endswith("(seed 0)"), titles

@@ -210,10 +210,13 @@ def _heatmap(table: str, scene: str, cells: dict, reports: dict, seeds: Sequence
     except ModuleNotFoundError as e:
         return f"Heatmap skipped: {e}"
     ours, paper = grid_values(cells, reports, seeds)
+    blank = any(v is None for rows in ours.values() for row in rows.values()
+                for v in row.values())
     try:
         png = plots_lib.grid_heatmap(ours, paper, dest / scene / f"{table}-heatmap.png",
                                      title=f"{table_title(table)} on {scene} "
-                                           f"({seeds_label(seeds)}; blank: not run yet)")
+                                           f"({seeds_label(seeds)}"
+                                           f"{'; blank: not run yet' if blank else ''})")
     except ModuleNotFoundError as e:
         return f"Heatmap skipped: {e}"
     return f"![{table} as heatmaps, ours beside the paper's]({png.name})"
