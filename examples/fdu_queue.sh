@@ -88,20 +88,16 @@ cell() {
     reproduce "$1" $DATA $ONE --methods "$2" --out "$R/reproduce-$1"
 }
 
-# beyond DIR NAME SEED FLAGS...: a method beyond the paper in its own folder
+# beyond DIR: a method beyond the paper in its own folder, with the settings that
+# examples/beyond_runs.sh gives that folder (METHOD or METHOD-seedS)
+. "$(dirname "$0")/beyond_runs.sh"
 beyond() {
-  local dir=$1 m=$2 s=$3; shift 3
+  local dir=$1 settings parts
+  settings=$(beyond_run "$dir") || exit 2
+  read -ra parts <<< "$settings"
   run "beyond-$dir" "$RESULTS/beyond-50-rounds/$dir" "$R/beyond50/$dir" \
-    train $DATA --algorithm "$m" --seed "$s" --out "$R/beyond50/$dir" "$@"
-}
-
-# method NAME SEED: with its authors' defaults, but FedRep's 25 head steps a round (the short
-# grid of results/fdu/beyond.md)
-method() {
-  local dir=$1
-  [ "$2" = 0 ] || dir="$1-seed$2"
-  if [ "$1" = fedrep ]; then beyond "$dir" "$1" "$2" --rep-head-steps 25
-  else beyond "$dir" "$1" "$2"; fi
+    train $DATA --algorithm "${parts[0]}" --seed "${parts[1]}" --out "$R/beyond50/$dir" \
+    "${parts[@]:2}"
 }
 
 declare -A seen
@@ -130,14 +126,11 @@ case $lane in
     done
     for l in 0 0.001 0.01 0.1; do cell table8 "arch_c_l1-$l"; done ;;
   beyond)
-    for m in scaffold ditto feddyn fedrod fedbabu fedrep apfl moon; do method $m 0; done
+    for m in scaffold ditto feddyn fedrod fedbabu fedrep apfl moon; do beyond $m; done
     for m in ${SEEDS_OF:-feddyn scaffold}; do
-      for s in 1 2; do method "$m" "$s"; done
+      for s in 1 2; do beyond "$m-seed$s"; done
     done
-    for m in per_fedavg pfedme; do method $m 0; done
-    # APFL with alpha fixed at 0.5, its authors' README command (the learned alpha went to 1
-    # on every client: results/fdu/beyond.md)
-    beyond apfl-fixed-alpha apfl 0 --apfl-alpha-lr 0 ;;
+    for d in per_fedavg pfedme apfl-fixed-alpha; do beyond $d; done ;;
   *) echo "fdu_queue.sh: unknown lane '$lane' (ablations or beyond)" >&2; exit 2 ;;
 esac
 done

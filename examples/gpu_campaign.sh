@@ -13,9 +13,9 @@
 #   PYTHONPATH=$PWD OUT=$OUT bash examples/gpu_campaign.sh \
 #       table4:kteps_l1-0_l2-0.001,kteps_l1-0.001_l2-0 beyond:ditto,fedrep
 # Steps: TABLE (every cell of table4, table7 or table8), TABLE:RUN,RUN (those cells: the run
-# names of `fedjax-sc reproduce`), beyond:METHOD,METHOD@SEED (`train --algorithm METHOD`, seed
-# 0 or SEED, the paper's settings; FedRep with 25 head steps, from results/fdu/beyond.md's
-# grid; folders beyond50/METHOD and beyond50/METHOD-seedSEED), lr-decay (docs/results.md's
+# names of `fedjax-sc reproduce`), beyond:DIR,DIR (the runs of results/fdu/beyond.md by
+# folder: METHOD, METHOD-seedS or METHOD@S, apfl-fixed-alpha; `train` with the settings that
+# examples/beyond_runs.sh gives each folder; folders beyond50/DIR), lr-decay (docs/results.md's
 # decayed-LR experiment on Table 5's cliff: KTEPS, LR decayed tenfold over the rounds, Ap at
 # mu 0.01, 0.1 and 1; folder exp-lr-decay).
 # Each reproduce step, and each method of a beyond step, is one job; PARALLEL=N runs N jobs
@@ -27,6 +27,7 @@
 # (docs/reproducing.md).
 # TINY=1: 1 round at tiny shapes on two domains, a dry run on a CPU in minutes.
 set -u
+. "$(dirname "$0")/beyond_runs.sh"  # the beyond runs' settings by folder
 OUT=${OUT:-campaign-out}
 WORK=${WORK:-/tmp/campaign}
 PY=${PYTHON:-python3}
@@ -68,10 +69,11 @@ for step in "$@"; do
         --seeds 1 --first-seed 0 --no-plots --population-size "$POP" "${methods[@]}" \
         --out "$WORK/reproduce-$name" "${TINY_ARGS[@]}" ;;
     beyond)
-      for ms in ${list//,/ }; do  # METHOD (seed 0, folder METHOD) or METHOD@S (METHOD-seedS)
-        m=${ms%@*}; seed=0; dir=$m
-        [ "$ms" != "$m" ] && { seed=${ms#*@}; dir=$m-seed$seed; }
-        extra=(); [ "$m" = fedrep ] && extra=(--rep-head-steps 25)
+      for ms in ${list//,/ }; do  # a folder (METHOD, METHOD-seedS, apfl-fixed-alpha) or METHOD@S
+        dir=$ms; [[ "$ms" == *@* ]] && dir=${ms%@*}-seed${ms#*@}
+        settings=$(beyond_run "$dir") || exit 2
+        read -ra parts <<< "$settings"; m=${parts[0]}; seed=${parts[1]}
+        extra=("${parts[@]:2}")
         [ -f "$WORK/beyond50/$dir/report.json" ] && continue  # finished in an earlier call
         [ -e "$WORK/beyond50/$dir" ] && extra+=(--resume)
         launch "beyond-$dir" "$PY" -m fedjax_sc.run.cli train "${DATA[@]}" --algorithm "$m" \
