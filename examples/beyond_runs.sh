@@ -7,8 +7,8 @@
 #                      alpha went to 1 on every client: results/fdu/beyond.md)
 
 # beyond_run DIR: prints "METHOD SEED [FLAG ...]", the `fedjax-sc train` settings of the run
-# that folder DIR holds; a DIR that is not a folder name (empty, a slash, a seed that is not a
-# number) is one line on stderr and status 2
+# that folder DIR holds; a DIR that is not a folder name (empty, a slash, a leading or doubled
+# dash) is one line on stderr and status 2
 beyond_run() {
   local dir=$1 m=$1 s=0
   if [[ ! "$dir" =~ ^[A-Za-z0-9_]+(-[A-Za-z0-9_]+)*$ ]]; then
